@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ccswitch monitor: per-flow TCP state for every socket of one network
+ * namespace, without per-packet capture.
+ *
+ * Two programs cooperate:
+ *
+ *  ccs_sockops (sockops, attached to the cgroup v2 root)
+ *	Sees connection events of every socket on the host and keeps only
+ *	those of the monitored netns (config map; the host-wide cgroup hook
+ *	would otherwise mix namespaces).  On ESTABLISHED it subscribes the
+ *	socket to RTT, retransmit and state callbacks.  Each RTT callback
+ *	carries the ACK's RTT sample (6.10+: args[0] = mrtt_us); successive
+ *	samples are folded into a sum of absolute differences, from which the
+ *	sampler derives jitter.  On TCP_CLOSE the entry is dropped.
+ *
+ *  ccs_sample (iter/tcp)
+ *	Run by user space every tick, in process context, over the sockets of
+ *	the netns the reader is in.  Writes one struct flow_record per full
+ *	TCP socket (listeners, TIME_WAIT and request sockets skipped) with the
+ *	kernel's cumulative counters, merged with the sockops RTT state.
+ *	Sockets that predate the monitor never passed ESTABLISHED under it,
+ *	so the iterator subscribes them to the callbacks itself with
+ *	bpf_setsockopt(TCP_BPF_SOCK_OPS_CB_FLAGS) (6.13+); on older kernels
+ *	they are still sampled, only without jitter.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "ccswitch.h"
+#include "monitor.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define TCP_ESTABLISHED_ 1
+#define TCP_CLOSE_ 7
+#define TCP_LISTEN_ 10
+#define CB_FLAGS (BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_RETRANS_CB_FLAG | \
+		  BPF_SOCK_OPS_STATE_CB_FLAG)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct monitor_config);
+} ccs_mon_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, CCS_MAX_FLOWS);
+	__type(key, __u64);		/* socket cookie */
+	__type(value, struct flow_rtt);
+} ccs_flow_rtt SEC(".maps");
+
+/* Scratch record: too large for the 512-byte stack together with locals. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct flow_record);
+} ccs_rec_scratch SEC(".maps");
+
+static __always_inline bool netns_is_monitored(__u64 cookie)
+{
+	__u32 zero = 0;
+	struct monitor_config *cfg = bpf_map_lookup_elem(&ccs_mon_cfg, &zero);
+
+	return cfg && cfg->netns_cookie == cookie;
+}
+
+static __always_inline struct flow_rtt *flow_rtt_get(__u64 cookie)
+{
+	struct flow_rtt *fr = bpf_map_lookup_elem(&ccs_flow_rtt, &cookie);
+	struct flow_rtt init = {};
+
+	if (fr)
+		return fr;
+	init.first_seen_ns = bpf_ktime_get_ns();
+	bpf_map_update_elem(&ccs_flow_rtt, &cookie, &init, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&ccs_flow_rtt, &cookie);
+}
+
+static __always_inline void fold_rtt_sample(struct flow_rtt *fr, __u32 rtt_us)
+{
+	if (fr->samples) {
+		__u32 d = rtt_us > fr->last_rtt_us ? rtt_us - fr->last_rtt_us
+						     : fr->last_rtt_us - rtt_us;
+		__sync_fetch_and_add(&fr->absdiff_sum_us, d);
+	}
+	fr->last_rtt_us = rtt_us;
+	__sync_fetch_and_add(&fr->samples, 1);
+}
+
+SEC("sockops")
+int ccs_sockops(struct bpf_sock_ops *skops)
+{
+	struct flow_rtt *fr;
+	__u64 cookie;
+	int op = skops->op;
+
+	if (op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB &&
+	    op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB &&
+	    op != BPF_SOCK_OPS_RTT_CB && op != BPF_SOCK_OPS_RETRANS_CB &&
+	    op != BPF_SOCK_OPS_STATE_CB)
+		return 1;
+	if (!netns_is_monitored(bpf_get_netns_cookie(skops)))
+		return 1;
+	cookie = bpf_get_socket_cookie(skops);
+
+	switch (op) {
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | CB_FLAGS);
+		flow_rtt_get(cookie);
+		break;
+	case BPF_SOCK_OPS_RTT_CB:
+		fr = flow_rtt_get(cookie);
+		/* args[0]: this ACK's RTT sample in us (kernel >= 6.10); older
+		 * kernels pass 0 and we fall back to the smoothed RTT. */
+		if (fr)
+			fold_rtt_sample(fr, skops->args[0] ? skops->args[0] : skops->srtt_us >> 3);
+		break;
+	case BPF_SOCK_OPS_RETRANS_CB:
+		fr = flow_rtt_get(cookie);
+		if (fr)
+			__sync_fetch_and_add(&fr->retrans_events, 1);
+		break;
+	case BPF_SOCK_OPS_STATE_CB:
+		if (skops->args[1] == TCP_CLOSE_)
+			bpf_map_delete_elem(&ccs_flow_rtt, &cookie);
+		break;
+	}
+	return 1;
+}
+
+static __always_inline void fill_addresses(struct flow_record *r, struct sock *sk)
+{
+	r->family = sk->__sk_common.skc_family;
+	r->sport = sk->__sk_common.skc_num;
+	r->dport = bpf_ntohs(sk->__sk_common.skc_dport);
+	if (r->family == AF_INET) {
+		r->saddr[0] = sk->__sk_common.skc_rcv_saddr;
+		r->daddr[0] = sk->__sk_common.skc_daddr;
+	} else {
+		BPF_CORE_READ_INTO(&r->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32);
+		BPF_CORE_READ_INTO(&r->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr32);
+	}
+}
+
+static __always_inline __u64 delivery_rate_Bps(struct tcp_sock *tp)
+{
+	__u32 interval_us = tp->rate_interval_us;
+
+	/* as tcp_get_info(): delivered segments over the sample's interval */
+	if (!interval_us)
+		return 0;
+	return (__u64)tp->rate_delivered * tp->mss_cache * 1000000ULL / interval_us;
+}
+
+static __always_inline void subscribe_callbacks(struct sock *sk, struct tcp_sock *tp)
+{
+	int flags = tp->bpf_sock_ops_cb_flags;
+
+	if ((flags & CB_FLAGS) == CB_FLAGS)
+		return;
+	flags |= CB_FLAGS;
+	bpf_setsockopt(sk, SOL_TCP, TCP_BPF_SOCK_OPS_CB_FLAGS, &flags, sizeof(flags));
+}
+
+SEC("iter/tcp")
+int ccs_sample(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct flow_record *r;
+	struct flow_rtt *fr;
+	struct tcp_sock *tp;
+	struct sock *sk;
+	__u32 zero = 0;
+	struct cgroup *cg;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp)
+		return 0;
+	sk = (struct sock *)tp;
+	if (sk->__sk_common.skc_state == TCP_LISTEN_)
+		return 0;
+	r = bpf_map_lookup_elem(&ccs_rec_scratch, &zero);
+	if (!r)
+		return 0;
+	__builtin_memset(r, 0, sizeof(*r));
+
+	r->cookie = bpf_get_socket_cookie(sk);
+	r->netns_cookie = BPF_CORE_READ(sk, __sk_common.skc_net.net, net_cookie);
+	cg = BPF_CORE_READ(sk, sk_cgrp_data.cgroup);
+	if (cg)
+		r->cgroup_id = BPF_CORE_READ(cg, kn, id);
+	r->ts_ns = bpf_ktime_get_ns();
+	fill_addresses(r, sk);
+	r->state = sk->__sk_common.skc_state;
+	r->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
+	bpf_probe_read_kernel_str(r->cca, sizeof(r->cca), tp->inet_conn.icsk_ca_ops->name);
+
+	r->bytes_acked = tp->bytes_acked;
+	r->bytes_sent = tp->bytes_sent;
+	r->bytes_retrans = tp->bytes_retrans;
+	r->bytes_received = tp->bytes_received;
+	r->pacing_rate = sk->sk_pacing_rate;
+	r->delivery_rate = delivery_rate_Bps(tp);
+	r->srtt_us = tp->srtt_us >> 3;
+	r->rttvar_us = tp->mdev_us >> 2;
+	r->min_rtt_us = tp->rtt_min.s[0].v;
+	r->snd_cwnd = tp->snd_cwnd;
+	r->snd_ssthresh = tp->snd_ssthresh;
+	r->mss = tp->mss_cache;
+	r->delivered = tp->delivered;
+	r->delivered_ce = tp->delivered_ce;
+	r->lost = tp->lost;
+	r->total_retrans = tp->total_retrans;
+	r->segs_out = tp->segs_out;
+	r->data_segs_out = tp->data_segs_out;
+	r->packets_out = tp->packets_out;
+	r->write_seq = tp->write_seq;
+	r->sndq_bytes = tp->write_seq - tp->snd_una;
+	r->cb_flags = tp->bpf_sock_ops_cb_flags;
+
+	fr = bpf_map_lookup_elem(&ccs_flow_rtt, &r->cookie);
+	if (fr) {
+		r->rtt_samples = fr->samples;
+		r->rtt_absdiff_sum_us = fr->absdiff_sum_us;
+		r->last_rtt_us = fr->last_rtt_us;
+		r->retrans_events = fr->retrans_events;
+	} else if (r->state == TCP_ESTABLISHED_) {
+		subscribe_callbacks(sk, tp);
+	}
+	bpf_seq_write(ctx->meta->seq, r, sizeof(*r));
+	return 0;
+}

@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Monitor: kernel/user contract.
+ *
+ * `struct flow_record` is what the sampling iterator (iter/tcp) writes, one
+ * per TCP socket of the monitored network namespace, per run.  All counters
+ * are cumulative since the socket was created; the user-space sampler turns
+ * two consecutive records into one per-interval FlowSample.  The Python
+ * mirror (bpf/monitor.py: FLOW_RECORD_DTYPE) is checked against this
+ * struct's BTF by tests/test_bpf_contract.py, so change both together.
+ *
+ * `struct flow_rtt` is what the sockops program keeps per socket from the
+ * per-ACK RTT callback: the jitter estimate is the mean absolute difference
+ * of successive RTT samples, sum(|rtt_i - rtt_{i-1}|) / (samples - 1).
+ */
+#ifndef CCSWITCH_MONITOR_H
+#define CCSWITCH_MONITOR_H
+
+#define CCS_MAX_FLOWS 65536
+
+struct flow_rtt {
+	__u64 samples;		/* RTT samples seen by BPF_SOCK_OPS_RTT_CB */
+	__u64 absdiff_sum_us;	/* sum of |rtt_i - rtt_{i-1}|, microseconds */
+	__u32 last_rtt_us;	/* latest RTT sample */
+	__u32 retrans_events;	/* BPF_SOCK_OPS_RETRANS_CB calls */
+	__u64 first_seen_ns;	/* bpf_ktime_get_ns() when the monitor first saw it */
+};
+
+struct monitor_config {
+	__u64 netns_cookie;	/* only sockets of this netns are monitored */
+};
+
+struct flow_record {
+	__u64 cookie;		/* socket cookie: the flow id */
+	__u64 netns_cookie;
+	__u64 cgroup_id;	/* cgroup v2 id of the owning cgroup */
+	__u64 ts_ns;		/* bpf_ktime_get_ns() at sampling */
+	__u64 bytes_acked;	/* payload bytes acknowledged (RFC 4898 HCThruOctetsAcked) */
+	__u64 bytes_sent;	/* payload bytes sent, retransmissions included */
+	__u64 bytes_retrans;	/* payload bytes retransmitted */
+	__u64 bytes_received;	/* payload bytes received (for receiving sockets) */
+	__u64 pacing_rate;	/* sk_pacing_rate, bytes/s (~0 = unlimited) */
+	__u64 delivery_rate;	/* latest delivery-rate sample, bytes/s */
+	__u64 rtt_samples;	/* from struct flow_rtt */
+	__u64 rtt_absdiff_sum_us;
+	__u32 saddr[4];		/* network byte order; IPv4 in saddr[0] */
+	__u32 daddr[4];
+	__u32 srtt_us;
+	__u32 rttvar_us;
+	__u32 min_rtt_us;
+	__u32 last_rtt_us;
+	__u32 snd_cwnd;		/* segments */
+	__u32 snd_ssthresh;	/* segments (0x7fffffff = infinite) */
+	__u32 mss;
+	__u32 delivered;	/* segments delivered */
+	__u32 delivered_ce;
+	__u32 lost;		/* segments marked lost, total */
+	__u32 total_retrans;	/* segments retransmitted, total */
+	__u32 segs_out;
+	__u32 data_segs_out;
+	__u32 retrans_events;
+	__u32 packets_out;	/* in flight (not yet acked) */
+	__u32 sndq_bytes;	/* write_seq - snd_una: queued + in flight */
+	__u32 write_seq;	/* wraps; the sampler diffs it mod 2^32 */
+	__u32 cb_flags;		/* bpf_sock_ops_cb_flags */
+	__u16 family;
+	__u16 sport;		/* host byte order */
+	__u16 dport;		/* host byte order */
+	__u8 state;		/* TCP_ESTABLISHED = 1, ... */
+	__u8 ca_state;		/* TCP_CA_Open = 0, ..., TCP_CA_Loss = 4 */
+	char cca[16];		/* current congestion control */
+};
+
+#endif /* CCSWITCH_MONITOR_H */

@@ -1,0 +1,77 @@
+"""User-space half of the monitor (monitor.bpf.c, monitor.h).
+
+`Monitor` loads the programs, points the sockops hook at this network
+namespace, and returns raw `flow_record` snapshots as a numpy structured
+array; turning them into per-interval samples is the sampler's job.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from ccswitch.bpf.libbpf import BpfObject, Link, run_iter
+from ccswitch.host import cgroup2_root, netns_cookie
+
+OBJ_PATH = Path(__file__).with_name("monitor.bpf.o")
+
+# Mirror of struct flow_record (monitor.h); tests/test_bpf_contract.py checks
+# every name, offset and size against the object's BTF.
+FLOW_RECORD_DTYPE = np.dtype([
+    ("cookie", "<u8"), ("netns_cookie", "<u8"), ("cgroup_id", "<u8"), ("ts_ns", "<u8"),
+    ("bytes_acked", "<u8"), ("bytes_sent", "<u8"), ("bytes_retrans", "<u8"),
+    ("bytes_received", "<u8"), ("pacing_rate", "<u8"), ("delivery_rate", "<u8"),
+    ("rtt_samples", "<u8"), ("rtt_absdiff_sum_us", "<u8"),
+    ("saddr", "<u4", (4,)), ("daddr", "<u4", (4,)),
+    ("srtt_us", "<u4"), ("rttvar_us", "<u4"), ("min_rtt_us", "<u4"), ("last_rtt_us", "<u4"),
+    ("snd_cwnd", "<u4"), ("snd_ssthresh", "<u4"), ("mss", "<u4"),
+    ("delivered", "<u4"), ("delivered_ce", "<u4"), ("lost", "<u4"), ("total_retrans", "<u4"),
+    ("segs_out", "<u4"), ("data_segs_out", "<u4"), ("retrans_events", "<u4"),
+    ("packets_out", "<u4"), ("sndq_bytes", "<u4"), ("write_seq", "<u4"), ("cb_flags", "<u4"),
+    ("family", "<u2"), ("sport", "<u2"), ("dport", "<u2"), ("state", "u1"), ("ca_state", "u1"),
+    ("cca", "S16"),
+])
+# the C compiler pads the struct to 8-byte alignment
+FLOW_RECORD_SIZE = (FLOW_RECORD_DTYPE.itemsize + 7) & ~7
+FLOW_RECORD_DTYPE = np.dtype({"names": FLOW_RECORD_DTYPE.names,
+                              "formats": [FLOW_RECORD_DTYPE.fields[n][0] for n in FLOW_RECORD_DTYPE.names],
+                              "offsets": [FLOW_RECORD_DTYPE.fields[n][1] for n in FLOW_RECORD_DTYPE.names],
+                              "itemsize": FLOW_RECORD_SIZE})
+
+
+class Monitor:
+    """The loaded monitor for the current network namespace.
+
+    Create it from the thread that is in the namespace to monitor: the
+    iterator and the netns filter both bind to the caller's namespace.
+    """
+
+    def __init__(self, obj_path: Path = OBJ_PATH, cgroup: str | None = None):
+        self.netns_cookie = netns_cookie()
+        self._obj = BpfObject(obj_path)
+        try:
+            self._obj.load()
+            self._obj.map("ccs_mon_cfg").update(struct.pack("<I", 0),
+                                                struct.pack("<Q", self.netns_cookie))
+            self.cgroup = cgroup or cgroup2_root()
+            self.sockops_link: Link = self._obj.attach_cgroup("ccs_sockops", self.cgroup)
+            self.iter_link: Link = self._obj.attach_iter("ccs_sample")
+        except BaseException:
+            self._obj.close()
+            raise
+
+    def snapshot(self) -> np.ndarray:
+        """One pass of the sampling iterator: a record per TCP socket of this netns."""
+        raw = run_iter(self.iter_link)
+        return np.frombuffer(raw, dtype=FLOW_RECORD_DTYPE)
+
+    def close(self) -> None:
+        self._obj.close()
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

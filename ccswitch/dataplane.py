@@ -1,0 +1,105 @@
+"""DataPlane: the kernel side of ccswitch for one network namespace.
+
+Owns the monitor (sockops + sampling iterator), the switcher and PCC's
+registration, and releases all of them on close, on SIGTERM/SIGHUP (turned
+into SystemExit so that `with` blocks unwind) and on exceptions.  Nothing is
+pinned: if the process is killed outright the kernel drops every link with
+its fds.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from types import FrameType
+
+import pyarrow as pa
+
+from ccswitch.bpf.monitor import Monitor
+from ccswitch.bpf.pcc import PccHandle, ensure_pcc
+from ccswitch.bpf.switcher import INHERIT_MODES, Switcher, SwitchError, SwitchResult
+from ccswitch.host import (
+    InstanceLock,
+    available_ccas,
+    require_bpffs,
+    require_btf,
+    require_root,
+)
+from ccswitch.sampler import Sampler
+
+
+def _exit_on_signal(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM/SIGHUP unwind like an exception, so every `with` detaches."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
+
+
+def validate_request(cca: str, inherit: str, available: Sequence[str]) -> None:
+    if cca not in available:
+        raise SwitchError(
+            f"unknown congestion control '{cca}'; available here: {' '.join(available)}")
+    if inherit not in INHERIT_MODES:
+        raise SwitchError(f"unknown inheritance mode '{inherit}'; use 'limited' or 'full'")
+
+
+class DataPlane:
+    """Monitor, sampler and switcher for the caller's network namespace.
+
+    monitor=False gives a switch-only data plane (no sockops hook, no
+    instance lock), which is what a one-shot `ccswitch switch` needs.
+    """
+
+    def __init__(self, *, monitor: bool = True, pcc: bool = True):
+        require_root()
+        require_btf()
+        require_bpffs()
+        self._lock = InstanceLock() if monitor else None
+        self.pcc: PccHandle | None = None
+        self.monitor: Monitor | None = None
+        self.switcher: Switcher | None = None
+        try:
+            if self._lock:
+                self._lock.acquire()
+            if pcc:
+                self.pcc = ensure_pcc()
+            if monitor:
+                self.monitor = Monitor()
+                self.sampler = Sampler(self.monitor.snapshot)
+            self.switcher = Switcher(self.pcc.seed_fd if self.pcc else None)
+        except BaseException:
+            self.close()
+            raise
+
+    def sample(self) -> pa.Table:
+        if not self.monitor:
+            raise RuntimeError("this DataPlane was opened without the monitor")
+        return self.sampler.tick()
+
+    def switch(self, flow: int, cca: str, inherit: str = "limited") -> SwitchResult:
+        """Switch one live flow (socket cookie) to `cca`."""
+        return self.switch_many([(flow, cca, inherit)])[0]
+
+    def switch_many(self, requests: Sequence[tuple[int, str, str]]) -> list[SwitchResult]:
+        avail = available_ccas()
+        for _, cca, inherit in requests:
+            validate_request(cca, inherit, avail)
+        assert self.switcher is not None
+        return self.switcher.apply(requests)
+
+    def close(self) -> None:
+        for part in (self.switcher, self.monitor, self.pcc):
+            if part is not None:
+                part.close()
+        self.switcher = self.monitor = self.pcc = None
+        if self._lock:
+            self._lock.release()
+
+    def __enter__(self) -> DataPlane:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,78 @@
+"""FlowSample: the one per-flow, per-interval record of ccswitch.
+
+The monitor's sampler produces it, datasets store it (Parquet), the Gym
+environment replays it and the daemon decides on it.  Every consumer takes
+its column names, types and units from `FIELDS` here; units are part of the
+names.  Metrics follow paper 002, Tables 2 and 3:
+
+  Thratio      -> computed across flows from throughput_bps (not per flow)
+  tau, tau_min -> rtt_us, min_rtt_us;  tau_rate -> rtt_ratio
+  P_rate       -> loss_rate;  Jitter -> jitter_us;  Goodput -> goodput_bps
+  S_qsize      -> sndq_bytes;  byte_rate -> byte_rate_bps
+  Th_max       -> delivery_rate_bps (kernel's delivery-rate estimate)
+  CCA_name     -> cca
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: pa.DataType
+    doc: str
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("ts_s", pa.float64(), "end of the interval, seconds since the Unix epoch"),
+    Field("interval_s", pa.float64(), "length of the interval the rates are averaged over, s"),
+    Field("flow_id", pa.uint64(), "socket cookie (unique per socket while the host is up)"),
+    Field("netns_cookie", pa.uint64(), "network namespace cookie of the socket"),
+    Field("cgroup_id", pa.uint64(), "cgroup v2 id of the socket's owning cgroup"),
+    Field("src", pa.string(), "local address"),
+    Field("sport", pa.uint16(), "local port"),
+    Field("dst", pa.string(), "remote address"),
+    Field("dport", pa.uint16(), "remote port"),
+    Field("cca", pa.string(), "congestion control at the end of the interval"),
+    Field("throughput_bps", pa.float64(),
+          "data delivered to the peer incl. TCP/IP header overhead, bit/s"),
+    Field("goodput_bps", pa.float64(),
+          "payload delivered to the peer (bytes acked), bit/s; what iperf3 reports"),
+    Field("sending_rate_bps", pa.float64(), "payload sent incl. retransmissions, bit/s"),
+    Field("byte_rate_bps", pa.float64(), "payload the application wrote, bit/s"),
+    Field("delivery_rate_bps", pa.float64(), "kernel's latest delivery-rate sample, bit/s"),
+    Field("pacing_rate_bps", pa.float64(), "sk_pacing_rate, bit/s (NaN when unlimited)"),
+    Field("rtt_us", pa.float64(), "smoothed RTT at the end of the interval, us"),
+    Field("rttvar_us", pa.float64(), "RTT mean deviation, us"),
+    Field("min_rtt_us", pa.float64(), "minimum RTT over the kernel's window, us"),
+    Field("rtt_ratio", pa.float64(), "rtt_us / min_rtt_us (paper 002 tau_rate)"),
+    Field("jitter_us", pa.float64(),
+          "mean |difference| of successive per-ACK RTT samples in the interval, us "
+          "(NaN when fewer than two samples)"),
+    Field("rtt_samples", pa.uint32(), "per-ACK RTT samples in the interval"),
+    Field("loss_rate", pa.float64(),
+          "retransmitted / sent data segments in the interval (paper 002 P_rate), 0..1"),
+    Field("lost_segs", pa.uint32(), "segments the stack marked lost in the interval"),
+    Field("retrans_segs", pa.uint32(), "segments retransmitted in the interval"),
+    Field("sent_segs", pa.uint32(), "data segments sent in the interval"),
+    Field("delivered_segs", pa.uint32(), "segments delivered in the interval"),
+    Field("cwnd_segs", pa.uint32(), "congestion window, segments"),
+    Field("ssthresh_segs", pa.uint32(), "slow-start threshold, segments (2^31-1 = infinite)"),
+    Field("inflight_segs", pa.uint32(), "segments in flight"),
+    Field("sndq_bytes", pa.uint32(), "bytes written but not yet acked (paper 002 S_qsize)"),
+    Field("mss_bytes", pa.uint32(), "sender MSS, bytes"),
+    Field("state", pa.uint8(), "TCP state (1 = ESTABLISHED)"),
+    Field("ca_state", pa.uint8(), "congestion-avoidance state (0 Open ... 4 Loss)"),
+)
+
+FLOW_SAMPLE_SCHEMA = pa.schema(
+    [pa.field(f.name, f.type, nullable=False, metadata={"doc": f.doc}) for f in FIELDS],
+    metadata={"ccswitch.schema": "FlowSample", "ccswitch.schema_version": str(SCHEMA_VERSION)},
+)
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS)

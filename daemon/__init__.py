@@ -1,0 +1,1 @@
+"""daemon (filled in by a later issue)."""

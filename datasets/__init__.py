@@ -1,0 +1,1 @@
+"""datasets (filled in by a later issue)."""

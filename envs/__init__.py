@@ -1,0 +1,1 @@
+"""envs (filled in by a later issue)."""

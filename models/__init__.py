@@ -1,0 +1,1 @@
+"""models (filled in by a later issue)."""

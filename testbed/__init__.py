@@ -1,0 +1,1 @@
+"""testbed (filled in by a later issue)."""

@@ -1,0 +1,54 @@
+"""The Python mirrors of kernel/user structs match the objects' BTF.
+
+These need only the built objects (no root): they catch a field added to
+monitor.h or switcher.h without the matching change in the Python mirror.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ccswitch.bpf.monitor import FLOW_RECORD_DTYPE
+from ccswitch.bpf.switcher import REQUEST, RESULT_DTYPE
+
+BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
+
+
+def btf_struct(obj: str, name: str) -> tuple[int, list[tuple[str, int]]]:
+    path = BPF_DIR / obj
+    if not path.exists():
+        pytest.fail(f"{path} is not built; run `make -C bpf`")
+    out = subprocess.run(["bpftool", "btf", "dump", "file", str(path)],
+                         check=True, capture_output=True, text=True).stdout
+    m = re.search(rf"STRUCT '{name}' size=(\d+) vlen=(\d+)\n((?:\t.*\n)+)", out)
+    assert m, f"struct {name} not in the BTF of {obj}"
+    members = re.findall(r"'(\w+)' type_id=\d+ bits_offset=(\d+)", m.group(3))
+    return int(m.group(1)), [(n, int(off) // 8) for n, off in members]
+
+
+def dtype_layout(dt: np.dtype) -> list[tuple[str, int]]:
+    return [(n, dt.fields[n][1]) for n in dt.names]
+
+
+def test_flow_record_mirror_matches_btf() -> None:
+    size, members = btf_struct("monitor.bpf.o", "flow_record")
+    assert dtype_layout(FLOW_RECORD_DTYPE) == members
+    assert FLOW_RECORD_DTYPE.itemsize == size
+
+
+def test_switch_result_mirror_matches_btf() -> None:
+    size, members = btf_struct("switcher.bpf.o", "switch_result")
+    # the C struct groups before/after pairs on one line; BTF lists them in order
+    assert dtype_layout(RESULT_DTYPE) == members
+    assert RESULT_DTYPE.itemsize == size
+
+
+def test_switch_request_mirror_matches_btf() -> None:
+    size, members = btf_struct("switcher.bpf.o", "switch_request")
+    assert [n for n, _ in members] == ["cca", "inherit", "_pad"]
+    assert REQUEST.size == size
