@@ -1,0 +1,115 @@
+"""Bad input and missing prerequisites: one clear line, non-zero exit, nothing left behind.
+
+Each case runs the real CLI in a subprocess; afterwards bpftool must show no
+ccswitch program, link or struct_ops, and bpffs no pin.  Missing BTF and
+missing bpffs are produced for real inside a private mount namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ccswitch.testbed.netns import nsenter_argv
+
+pytestmark = pytest.mark.kernel
+CLI = [sys.executable, "-m", "ccswitch.cli"]
+
+
+def bpf_leftovers() -> list[str]:
+    def names(kind: str) -> list[str]:
+        out = subprocess.run(["bpftool", "-j", kind, "show"], capture_output=True, text=True)
+        return [str(x.get("name", x)) for x in json.loads(out.stdout or "[]")]
+
+    progs = [n for n in names("prog") if n.startswith("ccs_")]
+    so = subprocess.run(["bpftool", "struct_ops", "list"], capture_output=True, text=True).stdout
+    pins = [p for p in os.listdir("/sys/fs/bpf") if "ccs" in p]
+    return progs + (["struct_ops ccs_pcc"] if "ccs_pcc" in so else []) + pins
+
+
+def run_cli(*args: str, ns: str | None = None, wrap: list[str] | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    argv = [*CLI, *args]
+    if ns:
+        argv = nsenter_argv(ns, argv)
+    if wrap:
+        argv = [*wrap, *argv]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("ccswitch: error:") and needle in lines[0], lines[0]
+    assert not bpf_leftovers()
+
+
+def test_unknown_cca(bottleneck) -> None:
+    assert_one_line_error(run_cli("switch", "1", "vegas", ns=bottleneck.sender),
+                          "unknown congestion control 'vegas'")
+
+
+def test_unknown_or_closed_flow(bottleneck) -> None:
+    assert_one_line_error(run_cli("switch", "987654321", "cubic", ns=bottleneck.sender),
+                          "flow 987654321 not found")
+
+
+def test_pcc_switch_of_unknown_flow_unregisters_pcc(bottleneck) -> None:
+    assert_one_line_error(run_cli("switch", "987654321", "pcc", ns=bottleneck.sender),
+                          "not found")
+    assert "pcc" not in open("/proc/sys/net/ipv4/tcp_available_congestion_control").read()
+
+
+def test_non_root_user(bottleneck) -> None:
+    # drop to nobody after the imports (the interpreter may live under /root)
+    code = ("import os, sys, ccswitch.cli, ccswitch.dataplane, ccswitch.sampler;"
+            "os.setgroups([]); os.setgid(65534); os.setuid(65534);"
+            "sys.argv = ['ccswitch', 'flows']; ccswitch.cli.main()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert_one_line_error(proc, "needs root")
+
+
+def test_missing_btf() -> None:
+    hide = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+            'mount -t tmpfs none /sys/kernel/btf && exec "$@"', "sh"]
+    assert_one_line_error(run_cli("flows", wrap=hide), "/sys/kernel/btf/vmlinux is missing")
+
+
+def test_missing_bpffs() -> None:
+    hide = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+            'umount /sys/fs/bpf && exec "$@"', "sh"]
+    assert_one_line_error(run_cli("flows", wrap=hide), "bpffs is not mounted")
+
+
+def test_bad_interval(bottleneck) -> None:
+    assert_one_line_error(run_cli("flows", "--interval", "0.01", ns=bottleneck.sender),
+                          "below the minimum 0.1 s")
+
+
+def test_second_instance_refused(bottleneck) -> None:
+    first = subprocess.Popen(nsenter_argv(bottleneck.sender, [*CLI, "flows", "--count", "0",
+                                                              "--json"]),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout is not None
+        first.stdout.readline()  # the first table: the instance is fully up
+        second = run_cli("flows", ns=bottleneck.sender)
+        assert second.returncode != 0
+        assert "another ccswitch instance is already running" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+        # a monitor in a *different* namespace is allowed
+        other = run_cli("flows", "--interval", "0.2", ns=bottleneck.receiver)
+        assert other.returncode == 0, other.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=20)
+    assert first.returncode == 128 + signal.SIGTERM
+    time.sleep(0.2)
+    assert not bpf_leftovers()

@@ -1,0 +1,115 @@
+"""The monitor against independent observers: iperf3, ss(8) and tbf's counters.
+
+Real kernel, real flows, in network namespaces (needs root: `kernel` marker).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+
+from ccswitch.dataplane import DataPlane
+from ccswitch.testbed.iperf import start_flow, start_server
+from ccswitch.testbed.netns import entered, qdisc_drops
+from helpers import sample_for, ss_info
+
+pytestmark = pytest.mark.kernel
+PORT, CPORT = 5301, 42001
+
+
+def _weighted_rate(rows: list[dict], key: str) -> float:
+    return sum(r[key] * r["interval_s"] for r in rows) / sum(r["interval_s"] for r in rows)
+
+
+@pytest.mark.parametrize("bitrate", [None, "20M"], ids=["bulk", "app-limited-20M"])
+def test_goodput_matches_iperf3(bottleneck, iperf3, bitrate) -> None:
+    """Monitor goodput over the steady part of a flow is within 5% of iperf3's.
+
+    The app-limited case makes sure agreement does not just come from both
+    seeing the bottleneck rate.  Seconds 2..7 of a 9 s flow are compared:
+    the first second holds slow start, the last the teardown.
+    """
+    with start_server(bottleneck.receiver, PORT, bind=bottleneck.receiver_addr), \
+            entered(bottleneck.sender), DataPlane(pcc=False) as dp:
+        dp.sample()
+        flow = start_flow(bottleneck.sender, bottleneck.receiver_addr, PORT, cca="cubic",
+                          seconds=9, cport=CPORT, bitrate=bitrate)
+        t0 = time.monotonic()
+        time.sleep(2 - (time.monotonic() - t0))
+        dp.sample()
+        rows = sample_for(dp, 5, CPORT)
+        result = flow.wait(timeout=30)
+    ours = _weighted_rate(rows, "goodput_bps")
+    theirs = statistics.mean(iv.bits_per_second for iv in result.intervals[2:7])
+    assert len(rows) >= 4
+    assert abs(ours - theirs) / theirs < 0.05, (ours, theirs)
+    # throughput adds header overhead on top of goodput: a few percent, never less
+    thr = _weighted_rate(rows, "throughput_bps")
+    assert 1.0 < thr / ours < 1.06
+
+
+def test_rtt_matches_ss(bottleneck, iperf3) -> None:
+    """srtt from the monitor agrees with `ss -ti` within 10% or 1 ms."""
+    with start_server(bottleneck.receiver, PORT, bind=bottleneck.receiver_addr), \
+            entered(bottleneck.sender), DataPlane(pcc=False) as dp:
+        flow = start_flow(bottleneck.sender, bottleneck.receiver_addr, PORT, cca="cubic",
+                          seconds=6, cport=CPORT)
+        time.sleep(2)
+        pairs = []
+        for _ in range(5):
+            rec = [r for r in dp.monitor.snapshot() if r["sport"] == CPORT]
+            ss = ss_info(bottleneck.sender, CPORT)
+            if rec and "rtt_ms" in ss:
+                pairs.append((rec[0]["srtt_us"] / 1e3, ss["rtt_ms"]))
+            time.sleep(0.5)
+        flow.wait(timeout=30)
+    assert len(pairs) >= 3
+    for ours, theirs in pairs:
+        assert abs(ours - theirs) <= max(0.1 * theirs, 1.0), pairs
+
+
+@pytest.mark.bottleneck(rate_mbit=20, limit_packets=10)
+def test_loss_counter_rises_when_tbf_drops(bottleneck, iperf3) -> None:
+    """A 10-packet tbf queue overflows under CUBIC: tbf drops, the monitor sees loss."""
+    with start_server(bottleneck.receiver, PORT, bind=bottleneck.receiver_addr), \
+            entered(bottleneck.sender), DataPlane(pcc=False) as dp:
+        dp.sample()
+        drops_before = qdisc_drops(bottleneck.sender, bottleneck.sender_dev)
+        flow = start_flow(bottleneck.sender, bottleneck.receiver_addr, PORT, cca="cubic",
+                          seconds=5, cport=CPORT)
+        rows = sample_for(dp, 4.5, CPORT)
+        flow.wait(timeout=30)
+        drops = qdisc_drops(bottleneck.sender, bottleneck.sender_dev) - drops_before
+    assert drops > 0
+    assert sum(r["retrans_segs"] for r in rows) > 0
+    assert sum(r["lost_segs"] for r in rows) > 0
+    assert max(r["loss_rate"] for r in rows) > 0
+
+
+def test_jitter_netns_isolation_and_preexisting_flows(bottleneck, iperf3) -> None:
+    """A flow started before the monitor is sampled with jitter; other netns are ignored.
+
+    The receiver namespace's sockets (iperf3 server side) must not appear, and
+    the sockops RTT state must hold only cookies of the monitored namespace.
+    """
+    with start_server(bottleneck.receiver, PORT, bind=bottleneck.receiver_addr):
+        flow = start_flow(bottleneck.sender, bottleneck.receiver_addr, PORT, cca="bbr",
+                          seconds=6, cport=CPORT)
+        time.sleep(1.5)  # established long before the monitor attaches
+        with entered(bottleneck.sender), DataPlane(pcc=False) as dp:
+            dp.sample()
+            time.sleep(1)
+            dp.sample()
+            rows = sample_for(dp, 2, CPORT)
+            all_rows = dp.sample().to_pylist()
+            rtt_keys = {int.from_bytes(k, "little")
+                        for k in dp.monitor._obj.map("ccs_flow_rtt").keys()}
+            ours = dp.monitor.netns_cookie
+        flow.wait(timeout=30)
+    assert rows, "pre-existing flow not sampled"
+    assert all(r["rtt_samples"] > 0 and r["jitter_us"] == r["jitter_us"] for r in rows)
+    assert all(r["netns_cookie"] == ours for r in all_rows)
+    assert not [r for r in all_rows if r["sport"] == PORT]  # server side lives elsewhere
+    assert rtt_keys <= {r["flow_id"] for r in all_rows} | {0}
