@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from _common import pct, private_netns, socket_pairs
-
 from ccswitch.dataplane import DataPlane
+
+from _common import pct, private_netns, socket_pairs
 
 TARGET_MS = 20.0
 TARGET_SOCKETS = 10_000

@@ -15,9 +15,9 @@ import argparse
 import socket
 import time
 
-from _common import pct, private_netns, socket_pairs
-
 from ccswitch.dataplane import DataPlane
+
+from _common import pct, private_netns, socket_pairs
 
 TCP_CONGESTION = 13
 

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from ccswitch.host import available_ccas
 from ccswitch.testbed.netns import nsenter_argv
 
 pytestmark = pytest.mark.kernel
@@ -64,7 +65,7 @@ def test_unknown_or_closed_flow(bottleneck) -> None:
 def test_pcc_switch_of_unknown_flow_unregisters_pcc(bottleneck) -> None:
     assert_one_line_error(run_cli("switch", "987654321", "pcc", ns=bottleneck.sender),
                           "not found")
-    assert "pcc" not in open("/proc/sys/net/ipv4/tcp_available_congestion_control").read()
+    assert "pcc" not in available_ccas()
 
 
 def test_non_root_user(bottleneck) -> None:

@@ -13,6 +13,7 @@ import pytest
 from ccswitch.dataplane import DataPlane
 from ccswitch.testbed.iperf import start_flow, start_server
 from ccswitch.testbed.netns import entered, qdisc_drops
+
 from helpers import sample_for, ss_info
 
 pytestmark = pytest.mark.kernel
@@ -104,8 +105,8 @@ def test_jitter_netns_isolation_and_preexisting_flows(bottleneck, iperf3) -> Non
             dp.sample()
             rows = sample_for(dp, 2, CPORT)
             all_rows = dp.sample().to_pylist()
-            rtt_keys = {int.from_bytes(k, "little")
-                        for k in dp.monitor._obj.map("ccs_flow_rtt").keys()}
+            rtt_map = dp.monitor._obj.map("ccs_flow_rtt")
+            rtt_keys = {int.from_bytes(k, "little") for k in rtt_map.keys()}  # noqa: SIM118
             ours = dp.monitor.netns_cookie
         flow.wait(timeout=30)
     assert rows, "pre-existing flow not sampled"

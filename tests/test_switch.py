@@ -9,6 +9,7 @@ import pytest
 from ccswitch.dataplane import DataPlane
 from ccswitch.testbed.iperf import start_flow, start_server
 from ccswitch.testbed.netns import entered
+
 from helpers import sample_for, ss_info
 
 pytestmark = pytest.mark.kernel
