@@ -49,7 +49,6 @@ def main() -> None:
             p50_target = pct(wall, 50)
         print(f"{n:>8} {rows:>8} {pct(wall, 50):>9.2f} {pct(wall, 99):>9.2f} "
               f"{pct(cpu, 50):>8.2f} {pct(cpu, 99):>8.2f}")
-        p50_at_max = pct(wall, 50)
     if p50_target is not None:
         print(f"ratio p50({TARGET_SOCKETS} sockets) / {TARGET_MS:.0f} ms target = "
               f"{p50_target / TARGET_MS:.2f} ({'PASS' if p50_target < TARGET_MS else 'FAIL'}: < 1.0)")
