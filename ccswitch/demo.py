@@ -67,7 +67,7 @@ def run_demo(duration_s: int = 20, rate_mbit: float = 50.0, as_json: bool = Fals
     plan = [(cca, frac * duration_s) for cca, frac in SWITCH_PLAN]
     console.print(f"[bold]ccswitch demo[/]: 2 flows, {rate_mbit:g} Mbit/s tbf bottleneck, "
                   f"{duration_s} s; flow B bbr -> cubic at {plan[0][1]:.0f} s -> pcc at {plan[1][1]:.0f} s")
-    with Bottleneck(rate_mbit=rate_mbit) as bn:
+    with Bottleneck(rate_mbit=rate_mbit, router=True) as bn:
         servers = [start_server(bn.receiver, p, bind=bn.receiver_addr) for p in PORTS.values()]
         try:
             with entered(bn.sender), DataPlane() as dp:

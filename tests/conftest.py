@@ -43,9 +43,7 @@ def skip_or_fail(reason: str) -> None:
 def _bpffs_mounted(path: str = "/sys/fs/bpf") -> bool:
     try:
         with open("/proc/self/mounts") as f:
-            return any(
-                line.split()[1] == path and line.split()[2] == "bpf" for line in f if line.strip()
-            )
+            return any(line.split()[1] == path and line.split()[2] == "bpf" for line in f if line.strip())
     except OSError:
         return False
 

@@ -12,7 +12,7 @@ import pytest
 
 from ccswitch.dataplane import DataPlane
 from ccswitch.testbed.iperf import start_flow, start_server
-from ccswitch.testbed.netns import entered, qdisc_drops
+from ccswitch.testbed.netns import entered
 
 from helpers import sample_for, ss_info
 
@@ -71,18 +71,18 @@ def test_rtt_matches_ss(bottleneck, iperf3) -> None:
         assert abs(ours - theirs) <= max(0.1 * theirs, 1.0), pairs
 
 
-@pytest.mark.bottleneck(rate_mbit=20, limit_packets=10)
+@pytest.mark.bottleneck(rate_mbit=20, limit_packets=10, router=True)
 def test_loss_counter_rises_when_tbf_drops(bottleneck, iperf3) -> None:
-    """A 10-packet tbf queue overflows under CUBIC: tbf drops, the monitor sees loss."""
+    """A 10-packet tbf queue on a router overflows under CUBIC: the monitor sees the loss."""
     with start_server(bottleneck.receiver, PORT, bind=bottleneck.receiver_addr), \
             entered(bottleneck.sender), DataPlane(pcc=False) as dp:
         dp.sample()
-        drops_before = qdisc_drops(bottleneck.sender, bottleneck.sender_dev)
+        drops_before = bottleneck.drops()
         flow = start_flow(bottleneck.sender, bottleneck.receiver_addr, PORT, cca="cubic",
                           seconds=5, cport=CPORT)
         rows = sample_for(dp, 4.5, CPORT)
         flow.wait(timeout=30)
-        drops = qdisc_drops(bottleneck.sender, bottleneck.sender_dev) - drops_before
+        drops = bottleneck.drops() - drops_before
     assert drops > 0
     assert sum(r["retrans_segs"] for r in rows) > 0
     assert sum(r["lost_segs"] for r in rows) > 0

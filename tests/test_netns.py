@@ -102,9 +102,7 @@ def test_bottleneck_comes_up(bottleneck: Bottleneck) -> None:
         ).stdout
     )
     assert addrs[0]["addr_info"][0]["local"] == bn.receiver_addr
-    lo = json.loads(
-        run_in(bn.sender, ["ip", "-j", "link", "show", "lo"], capture_output=True).stdout
-    )
+    lo = json.loads(run_in(bn.sender, ["ip", "-j", "link", "show", "lo"], capture_output=True).stdout)
     assert "UP" in lo[0]["flags"]
 
     (tbf,) = [q for q in tbnetns.qdisc_stats(bn.sender, bn.sender_dev) if q["kind"] == "tbf"]
@@ -129,18 +127,14 @@ def test_bottleneck_comes_up(bottleneck: Bottleneck) -> None:
 @pytest.mark.kernel
 def test_nsenter_keeps_bpffs_visible(bottleneck: Bottleneck) -> None:
     # `ip netns exec` would remount /sys and hide pinned BPF objects.
-    out = run_in(
-        bottleneck.sender, ["stat", "-f", "-c", "%T", "/sys/fs/bpf"], capture_output=True, text=True
-    ).stdout
+    out = run_in(bottleneck.sender, ["stat", "-f", "-c", "%T", "/sys/fs/bpf"], capture_output=True, text=True).stdout
     assert out.strip() == "bpf_fs"
 
 
 @pytest.mark.kernel
 def test_tbf_limits_cubic_throughput(bottleneck: Bottleneck, iperf3: str) -> None:
     bn = bottleneck
-    result = run_flow(
-        bn.sender, bn.receiver, bn.receiver_addr, 5201, cca="cubic", seconds=6, cport=41001
-    )
+    result = run_flow(bn.sender, bn.receiver, bn.receiver_addr, 5201, cca="cubic", seconds=6, cport=41001)
     # Tolerance: tbf meters whole frames (1514 B on the wire for 1448 B of TCP
     # payload with timestamps), so the best possible goodput is 1448/1514 = 95.6%
     # of the rate.  Slow start, cubic's loss recoveries at the 20 ms tbf queue and
@@ -163,6 +157,18 @@ def test_set_tbf_changes_rate_at_runtime(bottleneck: Bottleneck, iperf3: str) ->
     assert tbf["options"]["rate"] == 10e6 / 8
     result = run_flow(bn.sender, bn.receiver, bn.receiver_addr, 5201, cca="cubic", seconds=3)
     assert 0.85 * 10e6 <= result.receiver_bps <= 1.02 * 10e6, result  # as above
+
+
+@pytest.mark.kernel
+def test_clear_qdisc(bottleneck: Bottleneck) -> None:
+    bn = bottleneck
+    tbnetns.clear_qdisc(bn.sender, bn.sender_dev)
+    tbnetns.clear_qdisc(bn.sender, bn.sender_dev)  # nothing left to remove: no error
+    with pytest.raises(tbnetns.NetnsError, match="no tbf"):
+        tbnetns.qdisc_drops(bn.sender, bn.sender_dev)
+    tbnetns.set_tbf(bn.sender, bn.sender_dev, 5, burst_bytes=20_000, limit_packets=50)
+    (tbf,) = tbnetns.qdisc_stats(bn.sender, bn.sender_dev)
+    assert tbf["kind"] == "tbf" and tbf["options"]["rate"] == 5e6 / 8
 
 
 @pytest.mark.kernel

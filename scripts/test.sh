@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Set the machine up (scripts/setup.sh), lint with ruff, and run the test suite.
+# Extra arguments go to pytest, e.g.  scripts/test.sh tests/test_netns.py -k tbf
+# Both ruff and pytest always run; the exit status is non-zero if either failed.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+
+bash "$REPO/scripts/setup.sh"
+
+status=0
+echo "ccswitch test: ruff check ."
+"$REPO/.venv/bin/ruff" check . || status=1
+"$REPO/.venv/bin/python" -m pytest -v "$@" || status=$?
+if [ "$status" -ne 0 ]; then
+    echo "ccswitch test: FAILED (exit $status)" >&2
+fi
+exit "$status"
