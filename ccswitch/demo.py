@@ -20,6 +20,7 @@ from rich.table import Table
 
 from ccswitch.bpf.switcher import SwitchResult
 from ccswitch.dataplane import DataPlane, install_signal_handlers
+from ccswitch.metrics import jain_index
 from ccswitch.testbed.iperf import start_flow, start_server
 from ccswitch.testbed.netns import Bottleneck, entered
 
@@ -28,13 +29,6 @@ PORTS = {"A": 5201, "B": 5202}
 CPORTS = {"A": 41001, "B": 41002}
 START_CCA = {"A": "cubic", "B": "bbr"}
 SWITCH_PLAN = (("cubic", 1 / 3), ("pcc", 2 / 3))  # flow B: (target, fraction of the run)
-
-
-def jain_index(values: list[float]) -> float:
-    """Jain's fairness index: (sum x)^2 / (n * sum x^2); 1 = perfectly fair."""
-    if not values or not any(values):
-        return float("nan")
-    return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
 
 
 @dataclass
