@@ -114,3 +114,34 @@ def test_second_instance_refused(bottleneck) -> None:
     assert first.returncode == 128 + signal.SIGTERM
     time.sleep(0.2)
     assert not bpf_leftovers()
+
+
+def test_doctor_passes_here_and_names_the_fix_when_bpffs_is_missing() -> None:
+    ok = run_cli("doctor", "--json")
+    assert ok.returncode == 0, ok.stdout
+    checks = {c["name"]: c for c in json.loads(ok.stdout)}
+    assert checks["BTF"]["ok"] and checks["cgroup v2"]["ok"] and checks["BPF objects"]["ok"]
+    hide = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+            'umount /sys/fs/bpf && exec "$@"', "sh"]
+    bad = run_cli("doctor", wrap=hide)
+    assert bad.returncode == 1
+    line = next(ln for ln in bad.stdout.splitlines() if "bpffs" in ln)
+    assert line.startswith("[FAIL]") and "mount -t bpf bpf /sys/fs/bpf" in line
+
+
+def test_daemon_observes_and_stops_cleanly_on_sigterm(bottleneck) -> None:
+    daemon = subprocess.Popen(nsenter_argv(bottleneck.sender, [sys.executable, "-c",
+                              "from ccswitch.daemon.main import main; main()", "--interval", "0.2"]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # a flow for it to observe: loopback traffic inside the sender namespace
+        subprocess.run(nsenter_argv(bottleneck.sender, ["sh", "-c",
+                       "iperf3 -s -1 -p 5390 -D && sleep 0.3 && iperf3 -c 127.0.0.1 -p 5390 -t 2"]),
+                       capture_output=True, timeout=30, check=True)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        out, err = daemon.communicate(timeout=20)
+    assert daemon.returncode == 128 + signal.SIGTERM, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert any(r["dport"] == 5390 and r["goodput_bps"] > 0 for r in rows)
+    assert not bpf_leftovers()
