@@ -5,14 +5,18 @@ Real kernel, real flows, in network namespaces (needs root: `kernel` marker).
 
 from __future__ import annotations
 
+import os
+import secrets
 import statistics
+import subprocess
 import time
 
 import pytest
 
 from ccswitch.dataplane import DataPlane
+from ccswitch.host import cgroup2_root
 from ccswitch.testbed.iperf import start_flow, start_server
-from ccswitch.testbed.netns import entered
+from ccswitch.testbed.netns import entered, nsenter_argv
 
 from helpers import sample_for, ss_info
 
@@ -114,3 +118,27 @@ def test_jitter_netns_isolation_and_preexisting_flows(bottleneck, iperf3) -> Non
     assert all(r["netns_cookie"] == ours for r in all_rows)
     assert not [r for r in all_rows if r["sport"] == PORT]  # server side lives elsewhere
     assert rtt_keys <= {r["flow_id"] for r in all_rows} | {0}
+
+
+def test_cgroup_and_tuple_identify_the_owner(bottleneck, iperf3, tmp_path) -> None:
+    """A flow started inside a fresh cgroup v2 group carries that group's id and its 4-tuple."""
+    group = os.path.join(cgroup2_root(), f"ccs-test-{secrets.token_hex(3)}")
+    os.mkdir(group)
+    group_id = os.stat(group).st_ino  # cgroup v2 id = kernfs inode number
+    try:
+        with start_server(bottleneck.receiver, PORT, bind=bottleneck.receiver_addr), \
+                entered(bottleneck.sender), DataPlane(pcc=False) as dp:
+            client = subprocess.Popen(nsenter_argv(bottleneck.sender, [
+                "sh", "-c", f'echo $$ > {group}/cgroup.procs && exec iperf3 -c '
+                            f'{bottleneck.receiver_addr} -p {PORT} --cport {CPORT} -t 3']),
+                stdout=subprocess.DEVNULL)
+            dp.sample()
+            rows = sample_for(dp, 2, CPORT)
+            client.wait(timeout=30)
+    finally:
+        os.rmdir(group)
+    assert rows
+    r = rows[-1]
+    assert r["cgroup_id"] == group_id
+    assert (r["src"], r["sport"], r["dst"], r["dport"]) == (
+        bottleneck.sender_addr, CPORT, bottleneck.receiver_addr, PORT)
