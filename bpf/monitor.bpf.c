@@ -112,7 +112,9 @@ int ccs_sockops(struct bpf_sock_ops *skops)
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | CB_FLAGS);
-		flow_rtt_get(cookie);
+		fr = flow_rtt_get(cookie);
+		if (fr)
+			fr->established_ns = fr->first_seen_ns;
 		break;
 	case BPF_SOCK_OPS_RTT_CB:
 		fr = flow_rtt_get(cookie);
@@ -232,6 +234,7 @@ int ccs_sample(struct bpf_iter__tcp *ctx)
 		r->rtt_absdiff_sum_us = fr->absdiff_sum_us;
 		r->last_rtt_us = fr->last_rtt_us;
 		r->retrans_events = fr->retrans_events;
+		r->established_ns = fr->established_ns;
 	} else if (r->state == TCP_ESTABLISHED_) {
 		subscribe_callbacks(sk, tp);
 	}

@@ -24,6 +24,7 @@ struct flow_rtt {
 	__u32 last_rtt_us;	/* latest RTT sample */
 	__u32 retrans_events;	/* BPF_SOCK_OPS_RETRANS_CB calls */
 	__u64 first_seen_ns;	/* bpf_ktime_get_ns() when the monitor first saw it */
+	__u64 established_ns;	/* when it became ESTABLISHED under the monitor; 0 = before */
 };
 
 struct monitor_config {
@@ -43,6 +44,7 @@ struct flow_record {
 	__u64 delivery_rate;	/* latest delivery-rate sample, bytes/s */
 	__u64 rtt_samples;	/* from struct flow_rtt */
 	__u64 rtt_absdiff_sum_us;
+	__u64 established_ns;	/* from struct flow_rtt; lets a new flow's first interval count */
 	__u32 saddr[4];		/* network byte order; IPv4 in saddr[0] */
 	__u32 daddr[4];
 	__u32 srtt_us;

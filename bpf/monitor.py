@@ -23,7 +23,7 @@ FLOW_RECORD_DTYPE = np.dtype([
     ("cookie", "<u8"), ("netns_cookie", "<u8"), ("cgroup_id", "<u8"), ("ts_ns", "<u8"),
     ("bytes_acked", "<u8"), ("bytes_sent", "<u8"), ("bytes_retrans", "<u8"),
     ("bytes_received", "<u8"), ("pacing_rate", "<u8"), ("delivery_rate", "<u8"),
-    ("rtt_samples", "<u8"), ("rtt_absdiff_sum_us", "<u8"),
+    ("rtt_samples", "<u8"), ("rtt_absdiff_sum_us", "<u8"), ("established_ns", "<u8"),
     ("saddr", "<u4", (4,)), ("daddr", "<u4", (4,)),
     ("srtt_us", "<u4"), ("rttvar_us", "<u4"), ("min_rtt_us", "<u4"), ("last_rtt_us", "<u4"),
     ("snd_cwnd", "<u4"), ("snd_ssthresh", "<u4"), ("mss", "<u4"),

@@ -9,6 +9,7 @@ its fds.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Sequence
 from types import FrameType
@@ -27,13 +28,21 @@ from ccswitch.host import (
 )
 from ccswitch.sampler import Sampler
 
+_handler_pid = 0
+
 
 def _exit_on_signal(signum: int, _frame: FrameType | None) -> None:
+    if os.getpid() != _handler_pid:
+        # a forked child (pyroute2 forks helpers and stops them with SIGTERM)
+        # must not unwind the parent's copied stack and close its resources
+        os._exit(128 + signum)
     raise SystemExit(128 + signum)
 
 
 def install_signal_handlers() -> None:
     """SIGTERM/SIGHUP unwind like an exception, so every `with` detaches."""
+    global _handler_pid
+    _handler_pid = os.getpid()
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on_signal)
 

@@ -85,3 +85,15 @@ def test_jain_and_thratio() -> None:
     assert jain_index([10, 10]) == pytest.approx(1.0)
     assert jain_index([10, 0]) == pytest.approx(0.5)
     assert throughput_ratios([30, 10]) == pytest.approx([1.5, 0.5])
+
+
+def test_new_flow_first_interval_counts_from_establishment() -> None:
+    old = record(7, 10.0)
+    born = record(9, 10.5, established_ns=int(10.2e9), bytes_acked=300_000, write_seq=1_000_000,
+                  sndq_bytes=50_000)
+    s = Sampler(FakeKernel([old, np.concatenate([record(7, 10.5), born])]))
+    s.tick()
+    rows = {r["flow_id"]: r for r in s.tick().to_pylist()}
+    assert rows[9]["interval_s"] == pytest.approx(0.3)
+    assert rows[9]["goodput_bps"] == pytest.approx(300_000 * 8 / 0.3)
+    assert rows[9]["byte_rate_bps"] == pytest.approx(350_000 * 8 / 0.3)

@@ -1,0 +1,548 @@
+"""Tables and plots of a run folder (see runner.py for its layout).
+
+Per flow and per phase (the stretches between scripted switches: "before" and
+"after" for one switch) in the layout of paper 002's Table 5:
+
+* throughput -- mean of the per-interval goodput (payload acked, what iperf3
+  reports), Mbit/s;
+* RTT        -- mean of the kernel's smoothed RTT at the end of each interval, ms;
+* jitter     -- mean of the per-interval jitter (mean |difference| of
+  successive per-ACK RTT samples), ms;
+* loss       -- retransmitted / sent data segments over the phase, %.
+
+Per phase, over the flows: Jain's index and Thratio (flow A / flow B, paper
+002 Table 2) of the mean goodputs, utilisation (sum of the flows' throughput
+including TCP/IP headers over the uplink rate) and starvation (a flow under
+10 % of its fair share for 5 s or more).
+
+Outputs: ``table.md`` (both tables), ``table.csv`` (per flow and phase),
+``fairness.csv`` (per phase), ``plots/{throughput,rtt,jitter,loss}.png`` (over
+time with switch markers, and before/after box plots, like paper 002 figures
+5-16); the metrics also go into ``summary.json`` under ``"metrics"``.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from ccswitch.metrics import jain_index, nanmean, starvation, thratio, throughput_ratios
+
+__all__ = ["METRICS", "Phase", "RunData", "load_run", "merge_runs", "report_dir", "report_run"]
+
+STARVATION_SHARE = 0.1
+STARVATION_MIN_S = 5.0
+METRICS = (  # key, label, unit, column of the per-interval series
+    ("throughput", "Throughput", "Mbit/s", "goodput_mbps"),
+    ("rtt", "RTT", "ms", "rtt_ms"),
+    ("jitter", "Jitter", "ms", "jitter_ms"),
+    ("loss", "Loss", "%", "loss_pct"),
+)
+
+
+@dataclass(frozen=True)
+class Phase:
+    label: str
+    start_s: float
+    end_s: float
+
+    def holds(self, t_mid: float) -> bool:
+        return self.start_s <= t_mid < self.end_s
+
+
+@dataclass
+class Series:
+    """One flow's per-interval values on the run's time grid (NaN: no sample)."""
+
+    name: str
+    t_s: list[float] = field(default_factory=list)  # end of interval, s since t0
+    interval_s: list[float] = field(default_factory=list)
+    cca: list[str] = field(default_factory=list)
+    goodput_mbps: list[float] = field(default_factory=list)
+    throughput_mbps: list[float] = field(default_factory=list)
+    rtt_ms: list[float] = field(default_factory=list)
+    jitter_ms: list[float] = field(default_factory=list)
+    loss_pct: list[float] = field(default_factory=list)
+    retrans: list[int] = field(default_factory=list)
+    sent: list[int] = field(default_factory=list)
+
+
+@dataclass
+class RunData:
+    run_dir: Path
+    summary: dict[str, Any]
+    flows: list[dict[str, Any]]
+    """Scenario order: name, client, cca, start_s, duration_s (from summary meta)."""
+    series: dict[str, Series]
+    phases: list[Phase]
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.summary["meta"]
+
+
+def _phases(bounds: Sequence[float]) -> list[Phase]:
+    pairs = list(itertools.pairwise(bounds))
+    if len(pairs) == 1:
+        names = ["whole run"]
+    elif len(pairs) == 2:
+        names = ["before", "after"]
+    else:
+        names = [f"phase {i}" for i in range(1, len(pairs) + 1)]
+    return [Phase(f"{n} ({a:g}-{b:g} s)", a, b) for n, (a, b) in zip(names, pairs, strict=True)]
+
+
+def load_run(run_dir: Path) -> RunData:
+    """Read summary.json, samples.parquet and flows.parquet of a run folder."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    meta = summary["meta"]
+    t0, dt, dur = meta["t0_epoch"], meta["sample_interval_s"], meta["duration_s"]
+    ids = {r["flow_id"]: r["flow"] for r in pq.read_table(run_dir / "flows.parquet").to_pylist()}
+    rows = pq.read_table(run_dir / "samples.parquet").to_pylist()
+    by_flow: dict[str, dict[int, list[dict[str, Any]]]] = {f["name"]: {} for f in meta["flows"]}
+    for r in rows:
+        name = ids.get(r["flow_id"])
+        if name is None:
+            continue
+        mid = r["ts_s"] - t0 - r["interval_s"] / 2
+        k = math.floor(mid / dt) + 1  # grid interval [(k-1) dt, k dt] holding the row's midpoint
+        if k < 1 or (k - 1) * dt >= dur:
+            continue
+        by_flow[name].setdefault(k, []).append(r)
+    series = {}
+    for name, bins in by_flow.items():
+        s = Series(name)
+        for k in sorted(bins):
+            r = _merge(bins[k])
+            if r["interval_s"] < dt / 4:
+                continue  # a sliver (e.g. the last sample after the flow ended)
+            s.t_s.append(round(k * dt, 6))
+            s.interval_s.append(r["interval_s"])
+            s.cca.append(r["cca"])
+            s.goodput_mbps.append(r["goodput_bps"] / 1e6)
+            s.throughput_mbps.append(r["throughput_bps"] / 1e6)
+            s.rtt_ms.append(r["rtt_us"] / 1e3 if r["rtt_us"] > 0 else math.nan)
+            s.jitter_ms.append(r["jitter_us"] / 1e3)
+            s.loss_pct.append(r["loss_rate"] * 100.0)
+            s.retrans.append(r["retrans_segs"])
+            s.sent.append(r["sent_segs"])
+        series[name] = s
+    return RunData(run_dir, summary, meta["flows"], series, _phases(meta["phase_bounds_s"]))
+
+
+def _merge(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several samples in one grid interval (an extra look after a flow start) -> one."""
+    if len(rows) == 1:
+        return rows[0]
+    rows = sorted(rows, key=lambda r: r["ts_s"])
+    total = sum(r["interval_s"] for r in rows)
+    out = dict(rows[-1])  # state at the end: cca, rtt, cwnd ...
+    out["interval_s"] = total
+    for key in ("goodput_bps", "throughput_bps"):
+        out[key] = sum(r[key] * r["interval_s"] for r in rows) / total if total else 0.0
+    for key in ("retrans_segs", "sent_segs"):
+        out[key] = sum(r[key] for r in rows)
+    jit = [(r["jitter_us"], r["rtt_samples"]) for r in rows if not math.isnan(r["jitter_us"]) and r["rtt_samples"]]
+    n = sum(w for _, w in jit)
+    out["jitter_us"] = sum(j * w for j, w in jit) / n if n else math.nan
+    sent = out["sent_segs"]
+    out["loss_rate"] = out["retrans_segs"] / sent if sent else 0.0
+    return out
+
+
+# ---------------------------------------------------------------- metrics ---
+
+
+def _in_phase(s: Series, p: Phase) -> list[int]:
+    return [i for i, (t, dt) in enumerate(zip(s.t_s, s.interval_s, strict=True)) if p.holds(t - dt / 2)]
+
+
+def flow_phase_rows(run: RunData) -> list[dict[str, Any]]:
+    """Table 5 rows: one per phase and flow (+ linkemu's per-client bottleneck figures)."""
+    emu = emulator_phase_stats(run, run.phases) or {}
+    out = []
+    for p in run.phases:
+        for f in run.flows:
+            s = run.series[f["name"]]
+            idx = _in_phase(s, p)
+            if not idx:
+                continue
+            sent = sum(s.sent[i] for i in idx)
+            cca = Counter(s.cca[i] for i in idx).most_common(1)[0][0]
+            out.append({
+                "phase": p.label, "flow": f["name"], "client": f["client"], "cca": cca, "intervals": len(idx),
+                "throughput_mbps": nanmean(s.goodput_mbps[i] for i in idx),
+                "rtt_ms": nanmean(s.rtt_ms[i] for i in idx),
+                "jitter_ms": nanmean(s.jitter_ms[i] for i in idx),
+                "loss_pct": 100.0 * sum(s.retrans[i] for i in idx) / sent if sent else math.nan,
+                "wire_throughput_mbps": nanmean(s.throughput_mbps[i] for i in idx),
+                "bottleneck_drop_pct": emu.get((p.label, f["client"] - 1), {}).get("drop_pct", math.nan),
+                "queue_delay_ms": emu.get((p.label, f["client"] - 1), {}).get("sojourn_ms", math.nan),
+            })
+    return out
+
+
+def _grid(run: RunData) -> tuple[list[float], dict[str, list[float]], dict[str, list[float]]]:
+    """Common time grid; per flow goodput and wire throughput (NaN where not running)."""
+    dt = run.meta["sample_interval_s"]
+    times = sorted({t for s in run.series.values() for t in s.t_s})
+    good: dict[str, list[float]] = {}
+    wire: dict[str, list[float]] = {}
+    for name, s in run.series.items():
+        g = dict(zip(s.t_s, s.goodput_mbps, strict=True))
+        w = dict(zip(s.t_s, s.throughput_mbps, strict=True))
+        good[name] = [g.get(t, math.nan) for t in times]
+        wire[name] = [w.get(t, math.nan) for t in times]
+    del dt
+    return times, good, wire
+
+
+def emulator_phase_stats(run: RunData, phases: Sequence[Phase]) -> dict[tuple[str, int], dict[str, float]] | None:
+    """Uplink statistics of linkemu per (phase label, client; -1 = all clients).
+
+    From ``emulator/intervals.csv``: drops at the bottleneck (all causes) as a
+    share of the packets offered, mean queueing delay (sojourn) and rate.
+    None when the run had no linkemu statistics.
+    """
+    path = run.run_dir / "emulator" / "intervals.csv"
+    emu = run.summary.get("emulator") or {}
+    if not path.is_file() or "run" not in emu:
+        return None
+    offset = float(emu["run"]["start_unix_s"]) - float(run.meta["t0_epoch"])
+    step = float(emu.get("config", {}).get("stats", {}).get("interval_ms", 1000.0)) / 1000.0
+    acc: dict[tuple[str, int], list[float]] = {}  # packets_out, drops, sojourn*pkts, rate sum, n
+    with path.open() as fh:
+        for r in csv.DictReader(fh):
+            if r["direction"] != "uplink":
+                continue
+            mid = float(r["t_s"]) - step / 2 + offset
+            client = int(r["client"])
+            for p in phases:
+                if p.holds(mid):
+                    a = acc.setdefault((p.label, client), [0.0, 0.0, 0.0, 0.0, 0.0])
+                    pk = float(r["packets_out"])
+                    a[0] += pk
+                    a[1] += float(r["drops"])
+                    a[2] += float(r["sojourn_mean_us"]) * pk
+                    a[3] += float(r["rate_mbit"])
+                    a[4] += 1
+    out = {}
+    for key, (pk, drops, soj, rate, n) in acc.items():
+        out[key] = {"drop_pct": 100.0 * drops / (pk + drops) if pk + drops else math.nan,
+                    "sojourn_ms": soj / pk / 1e3 if pk else math.nan,
+                    "rate_mbit": rate / n if n else math.nan}
+    return out
+
+
+def fairness_rows(run: RunData, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per phase (and the whole run): Jain, Thratio, utilisation, starvation."""
+    dt = run.meta["sample_interval_s"]
+    times, good, wire = _grid(run)
+    starving = starvation(times, good, dt, threshold=STARVATION_SHARE, min_duration_s=STARVATION_MIN_S)
+    rate = run.meta.get("uplink_rate_mbit")
+    whole = Phase(f"whole run (0-{run.meta['duration_s']:g} s)", 0.0, run.meta["duration_s"] + dt)
+    phases = run.phases if len(run.phases) > 1 else []
+    emu_stats = emulator_phase_stats(run, [*phases, whole])
+    out = []
+    for p in [*phases, whole]:
+        per_flow = {r["flow"]: r["throughput_mbps"] for r in rows if r["phase"] == p.label}
+        if p is whole:
+            per_flow = {n: nanmean(v for t, v in zip(times, good[n], strict=True) if p.holds(t - dt / 2))
+                        for n in good}
+            per_flow = {n: v for n, v in per_flow.items() if not math.isnan(v)}
+        names = [f["name"] for f in run.flows if f["name"] in per_flow]
+        vals = [per_flow[n] for n in names]
+        totals = [sum(wire[n][k] for n in wire if not math.isnan(wire[n][k]))
+                  for k, t in enumerate(times) if p.holds(t - dt / 2)
+                  and any(not math.isnan(wire[n][k]) for n in wire)]
+        util = nanmean(totals) / rate if rate and totals else math.nan
+        emu = emu_stats.get((p.label, -1)) if emu_stats else None
+        if emu is not None and rate:
+            util = emu["rate_mbit"] / rate  # measured at the bottleneck itself
+        episodes = [e for e in starving if e.start_s < p.end_s and e.end_s > p.start_s]
+        out.append({
+            "phase": p.label,
+            "flows": len(vals),
+            "jain": jain_index(vals) if vals else math.nan,
+            "thratio": thratio(vals[0], vals[1]) if len(vals) >= 2 else math.nan,
+            "thratio_pair": f"{names[0]}/{names[1]}" if len(vals) >= 2 else "",
+            "thratio_max_min": (max(vals) / min(vals) if min(vals) > 0 else math.inf) if len(vals) >= 2 else math.nan,
+            "share_of_fair": dict(zip(names, throughput_ratios(vals), strict=True)),
+            "utilisation": util,
+            "utilisation_source": "linkemu" if emu_stats else "samples",
+            "aggregate_mbps": sum(vals),
+            "starvation": [{"flow": e.flow, "start_s": e.start_s, "end_s": e.end_s} for e in episodes],
+        })
+    return out
+
+
+# ----------------------------------------------------------------- tables ---
+
+
+def _f(v: Any, nd: int = 2) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    return f"{v:.{nd}f}" if isinstance(v, float) else str(v)
+
+
+def _starv_text(eps: Sequence[dict[str, Any]]) -> str:
+    return ", ".join(f"{e['flow']} {e['start_s']:g}-{e['end_s']:g} s" for e in eps) or "none"
+
+
+def table_markdown(run: RunData, rows: Sequence[dict[str, Any]], fair: Sequence[dict[str, Any]]) -> str:
+    m = run.meta
+    lines = [f"# {m['scenario']} / {m['run']}", ""]
+    if m.get("description"):
+        lines += [m["description"], ""]
+    link = f"emulator {m['emulator']}" if m.get("emulator") else "external network"
+    lines += [f"{len(run.flows)} flows, {m['duration_s']:g} s, sample interval {m['sample_interval_s']:g} s, "
+              f"{link}, uplink {_f(m.get('uplink_rate_mbit'), 0)} Mbit/s, seed {m['seed']}.", "",
+              "## Per client and phase (layout of paper 002, Table 5)", "",
+              "| Phase | Client (CCA) | Throughput (Mbit/s) | RTT (ms) | Jitter (ms) | Loss (%) |",
+              "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['phase']} | {r['cca'].upper()} ({r['flow']}) | {_f(r['throughput_mbps'])} | "
+                     f"{_f(r['rtt_ms'])} | {_f(r['jitter_ms'])} | {_f(r['loss_pct'])} |")
+    if any(not math.isnan(r["bottleneck_drop_pct"]) for r in rows):
+        lines += ["", "At the emulated bottleneck (linkemu, uplink, per client): packets dropped there (queue "
+                  "overflow, WiFi retries, random loss) and their mean queueing delay.", "",
+                  "| Phase | Client (CCA) | Drops at the bottleneck (%) | Queueing delay (ms) |", "|---|---|---:|---:|"]
+        for r in rows:
+            lines.append(f"| {r['phase']} | {r['cca'].upper()} ({r['flow']}) | {_f(r['bottleneck_drop_pct'])} | "
+                         f"{_f(r['queue_delay_ms'])} |")
+    lines += ["", "## Fairness per phase", "",
+              "| Phase | Jain's index | Thratio | max/min | Utilisation | Starvation (< 10 % of fair share >= 5 s) |",
+              "|---|---:|---:|---:|---:|---|"]
+    for r in fair:
+        th = f"{_f(r['thratio'])} ({r['thratio_pair']})" if r["thratio_pair"] else "-"
+        util = "-" if math.isnan(r["utilisation"]) else f"{r['utilisation'] * 100:.1f} %"
+        lines.append(f"| {r['phase']} | {_f(r['jain'], 3)} | {th} | {_f(r['thratio_max_min'])} | {util} | "
+                     f"{_starv_text(r['starvation'])} |")
+    sw = run.summary.get("switches") or []
+    if sw:
+        lines += ["", "## Scripted switches", ""]
+        for e in sw:
+            state = "ok" if e.get("ok") else f"FAILED: {e.get('error')}"
+            lines.append(f"- {e['at_s']:g} s (done at {e.get('t_done_s', math.nan):.3f} s): {e['flow']} "
+                         f"{e.get('cca_before', '?')} -> {e['cca']} ({e['inherit']}): {state}")
+    ip = run.summary.get("iperf3") or {}
+    if ip:
+        lines += ["", "## iperf3 totals", "", "| Flow | Sender (Mbit/s) | Receiver (Mbit/s) | Retransmits |",
+                  "|---|---:|---:|---:|"]
+        for name, r in ip.items():
+            lines.append(f"| {name} | {_f(r['sender_mbps'])} | {_f(r['receiver_mbps'])} | {r['retransmits']} |")
+    io = ((run.summary.get("emulator") or {}).get("io") or {}).get("tx_lateness_us")
+    if io:
+        lines += ["", f"Emulator timing (how late linkemu sent packets; CPU contention shows here): "
+                      f"p50 {io['p50'] / 1e3:.2f} ms, p99 {io['p99'] / 1e3:.2f} ms, max {io['max'] / 1e3:.1f} ms."]
+    lines += ["", "Plots: " + ", ".join(f"[{k}](plots/{k}.png)" for k, *_ in METRICS), ""]
+    return "\n".join(lines)
+
+
+def _write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    if not rows:
+        path.write_text("")
+        return
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: json.dumps(v) if isinstance(v, dict | list) else v for k, v in r.items()})
+
+
+# ------------------------------------------------------------------ plots ---
+
+
+def plot_run(run: RunData, out_dir: Path) -> list[Path]:
+    """plots/<metric>.png: (a) over time with switch markers, (b) box plots per phase."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    switches = run.summary.get("switches") or run.meta.get("switches") or []
+    paths = []
+    for key, label, unit, col in METRICS:
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.2), gridspec_kw={"width_ratios": [2.2, 1]})
+        for i, f in enumerate(run.flows):
+            s = run.series[f["name"]]
+            ax.plot(s.t_s, getattr(s, col), color=colors[i % len(colors)], lw=1.3,
+                    label=f"{f['name']} ({_cca_path(run, f)})")
+        for sw in switches:
+            ax.axvline(sw["at_s"], color="0.35", ls="--", lw=1)
+            ax.annotate(f"{sw['flow']} -> {sw['cca']}", (sw["at_s"], 1.0), xycoords=("data", "axes fraction"),
+                        xytext=(3, -12), textcoords="offset points", fontsize=8, color="0.25")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel(f"{label} ({unit})")
+        ax.set_xlim(0, run.meta["duration_s"])
+        ax.set_title(f"(a) {label} over time")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+        data, labels, cols = [], [], []
+        for i, f in enumerate(run.flows):
+            s = run.series[f["name"]]
+            for p in run.phases:
+                vals = [getattr(s, col)[j] for j in _in_phase(s, p)]
+                vals = [v for v in vals if not math.isnan(v)]
+                if vals:
+                    data.append(vals)
+                    labels.append(f"{f['name']}\n{p.label.split(' (')[0]}")
+                    cols.append(colors[i % len(colors)])
+        if data:
+            bp = bx.boxplot(data, patch_artist=True, widths=0.6)
+            for patch, c in zip(bp["boxes"], cols, strict=True):
+                patch.set_facecolor(c)
+                patch.set_alpha(0.45)
+            bx.set_xticks(range(1, len(labels) + 1), labels, fontsize=8)
+        bx.set_ylabel(f"{label} ({unit})")
+        bx.set_title("(b) per phase")
+        bx.grid(alpha=0.3, axis="y")
+        fig.suptitle(f"{run.meta['scenario']}: {label}", fontsize=11)
+        fig.tight_layout()
+        path = out_dir / f"{key}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _cca_path(run: RunData, f: dict[str, Any]) -> str:
+    ccas = [f["cca"]] + [sw["cca"] for sw in run.meta.get("switches", []) if sw["flow"] == f["name"]]
+    return "->".join(ccas)
+
+
+# ---------------------------------------------------------------- entries ---
+
+
+def report_run(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
+    """Compute the metrics of one run folder and write its tables (and plots)."""
+    run = load_run(run_dir)
+    rows = flow_phase_rows(run)
+    fair = fairness_rows(run, rows)
+    (run_dir / "table.md").write_text(table_markdown(run, rows, fair))
+    _write_csv(run_dir / "table.csv", rows)
+    _write_csv(run_dir / "fairness.csv", fair)
+    if plots:
+        plot_run(run, run_dir / "plots")
+    metrics = {"per_flow_phase": rows, "fairness": fair}
+    summary = dict(run.summary)
+    summary["metrics"] = metrics
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+    return metrics
+
+
+def _json_default(v: Any) -> Any:
+    return str(v)
+
+
+def run_dirs(path: Path) -> list[Path]:
+    """*path* itself if it is a run folder, else its run folders (sorted)."""
+    if (path / "summary.json").is_file() and (path / "samples.parquet").is_file():
+        return [path]
+    return sorted(p for p in path.iterdir() if p.is_dir() and (p / "summary.json").is_file()
+                  and (p / "samples.parquet").is_file())
+
+
+def report_dir(path: Path, *, plots: bool = True) -> list[Path]:
+    """Report every run under *path*; with several, also an aggregate ``path/table.md``."""
+    runs = run_dirs(path)
+    if not runs:
+        raise FileNotFoundError(f"{path}: no run folder (summary.json + samples.parquet) here or below")
+    all_rows = []
+    for r in runs:
+        report_run(r, plots=plots)
+        all_rows.append((r.name, json.loads((r / "summary.json").read_text())["metrics"]))
+    if len(runs) > 1:
+        (path / "table.md").write_text(_aggregate_markdown(path, all_rows))
+    return runs
+
+
+def merge_runs(out: Path, parts: Sequence[Path]) -> Path:
+    """One run folder from the folders of several hosts running parts of a scenario.
+
+    External mode on real hardware runs each client's flows on its own host
+    (``--client N``), all starting at the same ``--start-at``; this joins
+    their samples, flows, iperf3 outputs and switches so that ``out`` reports
+    like a single run.  Samples keep their wall-clock timestamps, so the hosts'
+    clocks must agree (NTP) to well under the sample interval.
+    """
+    import shutil
+
+    import pyarrow as pa
+
+    if len(parts) < 2:
+        raise ValueError("give at least two run folders to merge")
+    summaries = [json.loads((p / "summary.json").read_text()) for p in parts]
+    names = {s["meta"]["scenario"] for s in summaries}
+    if len(names) != 1:
+        raise ValueError(f"the run folders are from different scenarios: {', '.join(sorted(names))}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "iperf").mkdir(exist_ok=True)
+    meta = dict(summaries[0]["meta"])
+    meta["t0_epoch"] = min(s["meta"]["t0_epoch"] for s in summaries)
+    meta["flows"] = sorted((f for s in summaries for f in s["meta"]["flows"]), key=lambda f: f["port"])
+    meta["switches"] = sorted((w for s in summaries for w in s["meta"]["switches"]), key=lambda w: w["at_s"])
+    meta["merged_from"] = [str(p) for p in parts]
+    meta["t0_spread_s"] = max(s["meta"]["t0_epoch"] for s in summaries) - meta["t0_epoch"]
+    summary = {"meta": meta,
+               "iperf3": {k: v for s in summaries for k, v in (s.get("iperf3") or {}).items()},
+               "switches": sorted((w for s in summaries for w in s.get("switches") or []), key=lambda w: w["at_s"]),
+               "emulator": None}
+    for name in ("samples.parquet", "flows.parquet"):
+        pq.write_table(pa.concat_tables([pq.read_table(p / name) for p in parts]), out / name)
+    for p in parts:
+        for f in (p / "iperf").glob("*.json"):
+            shutil.copy2(f, out / "iperf" / f.name)
+    shutil.copy2(parts[0] / "scenario.toml", out / "scenario.toml")
+    (out / "switches.json").write_text(json.dumps(summary["switches"], indent=2) + "\n")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+    return out
+
+
+def _mean_sd(vals: Sequence[float]) -> str:
+    vals = [v for v in vals if v is not None and not math.isnan(v)]
+    if not vals:
+        return "-"
+    mu = sum(vals) / len(vals)
+    sd = math.sqrt(sum((v - mu) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else 0.0
+    return f"{mu:.2f} ± {sd:.2f}"
+
+
+def _aggregate_markdown(path: Path, runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    keys: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for _, m in runs:
+        for r in m["per_flow_phase"]:
+            keys.setdefault((r["phase"], r["flow"]), []).append(r)
+    lines = [f"# {path.name}: {len(runs)} runs (mean ± sd)", "",
+             "| Phase | Client (CCA) | Throughput (Mbit/s) | RTT (ms) | Jitter (ms) | Loss (%) |",
+             "|---|---|---:|---:|---:|---:|"]
+    for (phase, flow), rs in keys.items():
+        cca = Counter(r["cca"] for r in rs).most_common(1)[0][0]
+        lines.append(f"| {phase} | {cca.upper()} ({flow}) | "
+                     + " | ".join(_mean_sd([r[k] for r in rs]) for k in
+                                  ("throughput_mbps", "rtt_ms", "jitter_ms", "loss_pct")) + " |")
+    fair: dict[str, list[dict[str, Any]]] = {}
+    for _, m in runs:
+        for r in m["fairness"]:
+            fair.setdefault(r["phase"], []).append(r)
+    lines += ["", "| Phase | Jain's index | Thratio | Utilisation (%) | Runs with starvation |",
+              "|---|---:|---:|---:|---:|"]
+    for phase, rs in fair.items():
+        lines.append(f"| {phase} | {_mean_sd([r['jain'] for r in rs])} | {_mean_sd([r['thratio'] for r in rs])} | "
+                     f"{_mean_sd([r['utilisation'] * 100 for r in rs])} | "
+                     f"{sum(1 for r in rs if r['starvation'])}/{len(rs)} |")
+    lines += ["", "Runs: " + ", ".join(f"[{n}]({n}/table.md)" for n, _ in runs), ""]
+    return "\n".join(lines)

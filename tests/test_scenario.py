@@ -1,0 +1,212 @@
+"""Scenario files (ccswitch.testbed.scenario), metrics and report helpers: no kernel needed."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ccswitch.metrics import starvation, thratio, utilisation
+from ccswitch.testbed.scenario import (
+    BASE_CPORT,
+    BASE_PORT,
+    Codel,
+    GilbertLoss,
+    Pfifo,
+    ScenarioError,
+    load_scenario,
+    parse_scenario,
+)
+
+CCAS = ["bbr", "cubic", "pcc", "reno"]
+REPO = Path(__file__).resolve().parent.parent
+SCENARIOS = REPO / "testbed" / "scenarios"
+LINKEMU = REPO / "testbed" / "linkemu" / "target" / "release" / "linkemu"
+
+GOOD = """
+name = "two"
+duration_s = 20
+[link.uplink]
+rate_mbit = 100
+delay_ms = 2
+qdisc = { kind = "pfifo", limit_pkts = 50 }
+[[flows]]
+client = 1
+cca = "cubic"
+[[flows]]
+client = 2
+cca = "bbr"
+[[switches]]
+at_s = 5
+flow = "C2"
+cca = "cubic"
+"""
+
+
+def parse(text: str) -> object:
+    return parse_scenario(text, "s.toml", ccas=CCAS)
+
+
+def test_good_scenario_and_defaults() -> None:
+    sc = parse(GOOD)
+    assert sc.name == "two" and sc.duration_s == 20 and sc.clients == 2
+    assert sc.seeds == (1,) and sc.repetitions == 1 and sc.sample_interval_s == 1.0
+    c1, c2 = sc.flows
+    assert (c1.name, c1.client, c1.start_s, c1.duration_s) == ("C1", 1, 0.0, 20.0)
+    assert (c1.port, c1.cport, c2.port, c2.cport) == (BASE_PORT, BASE_CPORT, BASE_PORT + 1, BASE_CPORT + 1)
+    assert sc.link.uplink.qdisc == Pfifo(50)
+    # downlink defaults to the uplink without loss
+    assert sc.link.downlink.rate_mbit == 100 and sc.link.downlink.delay_ms == 2
+    assert sc.phase_bounds() == [0.0, 5.0, 20.0]
+    assert sc.cca_at(c2, 4.9) == "bbr" and sc.cca_at(c2, 5.0) == "cubic"
+
+
+def test_emulator_config_maps_onto_linkemu_contract(tmp_path: Path) -> None:
+    sc = parse(GOOD.replace("[[flows]]", """
+[link.uplink.loss]
+model = "gilbert"
+p_gb = 0.01
+p_bg = 0.5
+[link.wifi]
+clients = [{ phy_rate_mbit = 300 }, { phy_rate_mbit = 150, uplink_phy_rate_mbit = 100 }]
+aggregation = { max_frames = 32 }
+access_delay_us = { cw_min = 15, extra = { dist = "exponential", mean_us = 100 } }
+[[flows]]""", 1))
+    assert isinstance(sc.link.uplink.loss, GilbertLoss)
+    cfg = sc.emulator_config(["c1", "c2"], "srv", 7, tmp_path)
+    assert cfg["client_ifs"] == ["c1", "c2"] and cfg["server_if"] == "srv" and cfg["seed"] == 7
+    assert cfg["uplink"] == {"rate_mbit": 100.0, "delay_ms": 2.0, "qdisc": {"kind": "pfifo", "limit_pkts": 50},
+                             "loss": {"model": "gilbert", "p_gb": 0.01, "p_bg": 0.5, "loss_good": 0.0,
+                                      "loss_bad": 1.0}}
+    assert "loss" not in cfg["downlink"]
+    assert cfg["wifi"] == {"clients": [{"phy_rate_mbit": 300.0},
+                                       {"phy_rate_mbit": 150.0, "uplink_phy_rate_mbit": 100.0}],
+                           "aggregation": {"max_frames": 32},
+                           "access_delay_us": {"cw_min": 15, "extra": {"dist": "exponential", "mean_us": 100.0}},
+                           "phy": {}}
+    assert cfg["stats"] == {"dir": str(tmp_path), "interval_ms": 1000, "per_packet": False}
+    json.dumps(cfg)  # serialisable
+
+
+def test_codel_and_trace(tmp_path: Path) -> None:
+    (tmp_path / "t.trace").write_text("1\n2\n")
+    (tmp_path / "s.toml").write_text(GOOD.replace('qdisc = { kind = "pfifo", limit_pkts = 50 }',
+                                                  'qdisc = { kind = "codel", target_ms = 5 }')
+                                     .replace("rate_mbit = 100", 'trace = "t.trace"'))
+    sc = load_scenario(tmp_path / "s.toml", ccas=CCAS)
+    assert sc.link.uplink.trace == tmp_path / "t.trace" and sc.link.uplink.rate_mbit is None
+    assert sc.link.uplink.qdisc == Codel(target_ms=5.0)
+    assert sc.emulator_config(["c1"], "srv", 1, tmp_path)["uplink"]["trace"] == str(tmp_path / "t.trace")
+
+
+@pytest.mark.parametrize(("change", "field", "words"), [
+    (("cca = \"bbr\"", "cca = \"vegas\""), "flows[1].cca", "unknown congestion control 'vegas' (available: bbr"),
+    (("duration_s = 20", "duration_s = \"long\""), "duration_s", "must be a number"),
+    (("duration_s = 20", ""), "duration_s", "missing"),
+    (("delay_ms = 2", "delay_ms = -1"), "link.uplink.delay_ms", "must be >= 0"),
+    (("delay_ms = 2", "dealy_ms = 2"), "link.uplink.dealy_ms", "unknown field"),
+    (("limit_pkts = 50", "limit_pkts = 0"), "link.uplink.qdisc.limit_pkts", "must be >= 1"),
+    (("kind = \"pfifo\"", "kind = \"fq\""), "link.uplink.qdisc.kind", "unknown value 'fq'"),
+    (("flow = \"C2\"", "flow = \"C3\""), "switches[0].flow", "no flow named 'C3'"),
+    (("at_s = 5", "at_s = 25"), "switches[0].at_s", "outside flow C2's lifetime"),
+    (("client = 2", "client = 2\nstart_s = 30"), "flows[1].start_s", "must be before the end"),
+    (("client = 2", "client = 2\nduration_s = 30"), "flows[1].duration_s", "exceeds the run's duration_s"),
+    (("client = 2", "client = 1"), "flows[1].name", "duplicate flow name 'C1'"),
+    (("name = \"two\"", "name = \"two\"\nclients = 1"), "flows[1].client", "must be <= 1"),
+    (("name = \"two\"", "name = \"two\"\ndaemon = true"), "daemon", "not available yet (issue 5)"),
+    (("name = \"two\"", "name = \"two\"\nseeds = [1, 2]\nrepetitions = 3"), "seeds", "repetitions = 3"),
+    (("name = \"two\"", "name = \"two\"\nsample_interval_s = 0.01"), "sample_interval_s", "must be >= 0.1"),
+    (("name = \"two\"", "name = \"two\"\nextra = 1"), "extra", "unknown field (expected one of:"),
+    (("flow = \"C2\"", "flow = \"C2\"\ninherit = \"all\""), "switches[0].inherit", "unknown value 'all'"),
+    (("rate_mbit = 100", "rate_mbit = 100\ntrace = \"x\""), "link.uplink.trace", "not both"),
+    (("[link.uplink]", "[link]\nemulator = \"kernel\"\n[link.uplink]"), "link.uplink.delay_ms",
+     "must be 0 with emulator = \"kernel\""),
+])
+def test_bad_field_gives_one_clear_error(change: tuple[str, str], field: str, words: str) -> None:
+    old, new = change
+    assert old in GOOD
+    # the last occurrence for cca/client (flows[1]), the first otherwise
+    text = GOOD[::-1].replace(old[::-1], new[::-1], 1)[::-1] if old.startswith(("cca = \"bbr\"", "client = 2")) \
+        else GOOD.replace(old, new, 1)
+    with pytest.raises(ScenarioError) as ei:
+        parse(text)
+    msg = str(ei.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"s.toml: {field}: "), msg
+    assert words in msg, msg
+
+
+def test_wifi_needs_one_entry_per_client() -> None:
+    text = GOOD.replace("[[flows]]", "[link.wifi]\nclients = [{ phy_rate_mbit = 300 }]\n[[flows]]", 1)
+    with pytest.raises(ScenarioError, match=r"^s\.toml: link\.wifi\.clients: needs one entry per client \(2\)"):
+        parse(text)
+
+
+def test_invalid_toml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match=r"^s\.toml: invalid TOML: .*line 1"):
+        parse("duration_s = = 3")
+    with pytest.raises(ScenarioError, match="no such file"):
+        load_scenario(tmp_path / "nope.toml")
+    with pytest.raises(ScenarioError, match=r"^s\.toml: flows: at least one"):
+        parse("duration_s = 10")
+
+
+def test_shipped_scenarios_are_valid() -> None:
+    files = sorted(SCENARIOS.glob("*.toml"))
+    assert len(files) >= 6
+    for f in files:
+        sc = load_scenario(f, ccas=CCAS)
+        assert sc.flows and sc.name == f.stem
+
+
+def test_linkemu_accepts_the_generated_configs(tmp_path: Path, require: Callable[[bool, str], None]) -> None:
+    """The scenario's link section maps onto linkemu's config: `linkemu --check` agrees."""
+    require(LINKEMU.is_file(), f"{LINKEMU} is not built (run scripts/setup.sh)")
+    full = GOOD.replace("[[flows]]", """
+loss = { model = "gilbert", p_gb = 0.01, p_bg = 0.5, loss_bad = 0.5 }
+overhead_bytes = 14
+[link.downlink]
+qdisc = { kind = "codel", target_ms = 5, ecn = true }
+[link.wifi]
+clients = [{ phy_rate_mbit = 300 }, { phy_rate_mbit = 150, uplink_phy_rate_mbit = 100 }]
+aggregation = { max_frames = 32, max_wait_us = 100 }
+phy = { preamble_us = 44, mpdu_overhead_bytes = 40 }
+queue = { kind = "pfifo", limit_pkts = 500 }
+[link.wifi.access_delay_us]
+cw_min = 7
+cw_max = 255
+collisions = false
+extra = { dist = "lognormal", median_us = 50, sigma = 1 }
+[[flows]]""", 1)
+    scenarios = [parse(full)] + [load_scenario(f, ccas=CCAS) for f in sorted(SCENARIOS.glob("*.toml"))]
+    for sc in scenarios:
+        if sc.link.emulator != "linkemu":
+            continue
+        cfg = tmp_path / "config.json"
+        cfg.write_text(json.dumps(sc.emulator_config(["c1", "c2"], "srv", 1, tmp_path / "stats")))
+        cp = subprocess.run([str(LINKEMU), "--config", str(cfg), "--check"], capture_output=True, text=True,
+                            check=False)
+        assert cp.returncode == 0, f"{sc.name}: {cp.stderr}"
+
+
+def test_starvation_episodes() -> None:
+    times = [float(t) for t in range(1, 21)]
+    a = [50.0] * 20
+    b = [1.0] * 8 + [45.0] * 4 + [2.0] * 3 + [40.0] * 5  # starving 0-8 s (8 s), then 12-15 s (3 s: too short)
+    eps = starvation(times, {"A": a, "B": b}, 1.0)
+    assert [(e.flow, e.start_s, e.end_s) for e in eps] == [("B", 0.0, 8.0)]
+    # still starving at the end counts up to the last interval; NaN = not running
+    c = [math.nan] * 10 + [0.5] * 10
+    eps = starvation(times, {"A": a, "C": c}, 1.0)
+    assert [(e.flow, e.start_s, e.end_s) for e in eps] == [("C", 10.0, 20.0)]
+    assert starvation(times, {"A": a}, 1.0) == []
+
+
+def test_thratio_and_utilisation() -> None:
+    assert thratio(40.0, 20.0) == 2.0 and math.isnan(thratio(1.0, 0.0))
+    assert utilisation([45e6, 45e6], 100e6) == pytest.approx(0.9)
+    assert math.isnan(utilisation([1.0], None))
