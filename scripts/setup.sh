@@ -2,11 +2,15 @@
 # Idempotent set-up of a fresh Debian/Ubuntu machine (run as root) for ccswitch:
 #
 #   1. apt-get install the missing system packages (clang, llvm, libbpf-dev,
-#      bpftool, iperf3, tshark, iproute2, python3-venv, make, util-linux, procps);
+#      bpftool, iperf3, tshark, iproute2, python3-venv, make, util-linux, procps,
+#      ethtool, iputils-ping);
 #   2. mount bpffs at /sys/fs/bpf;
 #   3. create .venv at the repository root (Python >= 3.11) and
 #      `pip install -e '.[dev]'` whenever pyproject.toml changed since the last install;
-#   4. `make -C bpf`.
+#   4. `make -C bpf`;
+#   5. `cargo build --release --manifest-path testbed/linkemu/Cargo.toml` (the link
+#      emulator) whenever its sources changed since the last build (skipped, with a
+#      note, when cargo is not installed).
 #
 # A re-run with nothing to do prints nothing.  Environment knobs:
 #   PYTHON=/path/to/python3   interpreter for the venv (default: first of python3,
@@ -52,7 +56,8 @@ find_bpftool() {
 missing_packages() {
     local spec pkg cmd
     for spec in clang:clang llvm:llvm-strip libbpf-dev: iperf3:iperf3 tshark:tshark \
-                iproute2:tc make:make util-linux:nsenter procps:pgrep; do
+                iproute2:tc make:make util-linux:nsenter procps:pgrep ethtool:ethtool \
+                iputils-ping:ping; do
         pkg="${spec%%:*}"
         cmd="${spec#*:}"
         if pkg_installed "$pkg"; then continue; fi
@@ -230,9 +235,29 @@ build_bpf() {
     make -s "${args[@]}" || die "make -C bpf failed"
 }
 
+# ----------------------------------------------------------------- linkemu ---
+
+build_linkemu() {
+    local crate="$REPO/testbed/linkemu"
+    local stamp="$crate/target/.setup-build-stamp"
+    [ -f "$crate/Cargo.toml" ] || return 0
+    if [ -f "$stamp" ] && [ -x "$crate/target/release/linkemu" ] \
+        && [ -z "$(find "$crate/Cargo.toml" "$crate/Cargo.lock" "$crate/src" -newer "$stamp" -print -quit)" ]; then
+        return 0
+    fi
+    if ! have cargo; then
+        say "cargo not found: testbed/linkemu not built (its tests skip; install Rust from https://rustup.rs)"
+        return 0
+    fi
+    say "cargo build --release --manifest-path testbed/linkemu/Cargo.toml"
+    cargo build --release --quiet --manifest-path "$crate/Cargo.toml" || die "cargo build of testbed/linkemu failed"
+    touch "$stamp"
+}
+
 install_packages
 find_bpftool || true
 mount_bpffs
 ensure_venv
 ensure_install
 build_bpf
+build_linkemu

@@ -1,0 +1,846 @@
+//! The JSON configuration (documented field by field in README.md).
+//!
+//! Parsing is strict: unknown fields are errors (a typo must not silently
+//! fall back to a default), and every error names the field it is about as a
+//! dotted path (`uplink.qdisc.limit_pkts: ...`), which `main` prints as a
+//! single line before exiting with status 2.  Parsing is in two steps: serde
+//! (types, required fields; the path comes from serde_path_to_error), then
+//! [`Config::validate`] (ranges and cross-field rules), which also loads the
+//! Mahimahi traces so that an unreadable trace is a config error too.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::trace::Trace;
+
+/// A configuration error: the dotted path of the field and what is wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    pub field: String,
+    pub msg: String,
+}
+
+impl ConfigError {
+    pub fn new(field: impl Into<String>, msg: impl Into<String>) -> Self {
+        Self { field: field.into(), msg: msg.into() }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}", self.msg)
+        } else {
+            write!(f, "{}: {}", self.field, self.msg)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Router-side veth ends towards the clients, in client index order.
+    pub client_ifs: Vec<String>,
+    /// Router-side veth end towards the server.
+    pub server_if: String,
+    /// Seed of every random process (loss, WiFi backoff, access delay).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Clients -> server.
+    pub uplink: LinkConfig,
+    /// Server -> clients.
+    pub downlink: LinkConfig,
+    #[serde(default)]
+    pub wifi: Option<WifiConfig>,
+    #[serde(default)]
+    pub stats: Option<StatsConfig>,
+    /// Largest IP packet forwarded; bigger frames are dropped as "oversize".
+    #[serde(default = "default_mtu")]
+    pub mtu: usize,
+    #[serde(default)]
+    pub timing: TimingConfig,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+fn default_mtu() -> usize {
+    1500
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkConfig {
+    /// Constant rate in Mbit/s (10^6 bit/s) of IP bytes; null: no rate limit
+    /// (unless `trace` is given).
+    #[serde(default)]
+    pub rate_mbit: Option<f64>,
+    /// Mahimahi trace (one line per 1-ms-resolution delivery opportunity).
+    #[serde(default)]
+    pub trace: Option<PathBuf>,
+    /// Bytes one trace delivery opportunity carries (Mahimahi: one 1500-byte packet).
+    #[serde(default = "default_trace_bytes")]
+    pub trace_bytes_per_opportunity: usize,
+    /// One-way propagation delay added after the bottleneck.
+    #[serde(default)]
+    pub delay_ms: f64,
+    #[serde(default)]
+    pub loss: Option<LossConfig>,
+    #[serde(default)]
+    pub qdisc: QdiscConfig,
+    /// Bytes added to each packet's IP length when charging it to the rate
+    /// (e.g. 14 for Ethernet headers, 38 for Ethernet framing on the wire).
+    #[serde(default)]
+    pub overhead_bytes: usize,
+}
+
+fn default_trace_bytes() -> usize {
+    1500
+}
+
+/// Random loss: `{"model": "bernoulli", ...}` or `{"model": "gilbert", ...}`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "model")]
+pub enum LossConfig {
+    #[serde(rename = "bernoulli")]
+    Bernoulli(Bernoulli),
+    #[serde(rename = "gilbert")]
+    Gilbert(Gilbert),
+}
+
+/// Each packet lost independently with probability `p`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bernoulli {
+    pub p: f64,
+}
+
+/// Gilbert-Elliott: a good and a bad state with their own loss probabilities;
+/// per packet the state moves good->bad with `p_gb` and bad->good with `p_bg`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gilbert {
+    pub p_gb: f64,
+    pub p_bg: f64,
+    #[serde(default)]
+    pub loss_good: f64,
+    #[serde(default = "one")]
+    pub loss_bad: f64,
+}
+
+impl<'de> Deserialize<'de> for LossConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (tag, v) = split_tag::<D::Error>(Value::deserialize(d)?, "model", &["bernoulli", "gilbert"])?;
+        Ok(match tag.as_str() {
+            "bernoulli" => LossConfig::Bernoulli(sub(v)?),
+            _ => LossConfig::Gilbert(sub(v)?),
+        })
+    }
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Queue discipline: `{"kind": "pfifo", ...}` or `{"kind": "codel", ...}`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind")]
+pub enum QdiscConfig {
+    #[serde(rename = "pfifo")]
+    Pfifo(Pfifo),
+    #[serde(rename = "codel")]
+    Codel(Codel),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pfifo {
+    pub limit_pkts: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Codel {
+    #[serde(default = "codel_target")]
+    pub target_ms: f64,
+    #[serde(default = "codel_interval")]
+    pub interval_ms: f64,
+    #[serde(default = "codel_limit")]
+    pub limit_pkts: usize,
+    /// Mark ECN-capable packets instead of dropping them (Linux codel: off by default).
+    #[serde(default)]
+    pub ecn: bool,
+}
+
+impl<'de> Deserialize<'de> for QdiscConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (tag, v) = split_tag::<D::Error>(Value::deserialize(d)?, "kind", &["pfifo", "codel"])?;
+        Ok(match tag.as_str() {
+            "pfifo" => QdiscConfig::Pfifo(sub(v)?),
+            _ => QdiscConfig::Codel(sub(v)?),
+        })
+    }
+}
+
+fn codel_target() -> f64 {
+    5.0
+}
+fn codel_interval() -> f64 {
+    100.0
+}
+fn codel_limit() -> usize {
+    1000
+}
+
+impl Default for QdiscConfig {
+    /// pfifo with Linux's default txqueuelen (1000 packets).
+    fn default() -> Self {
+        QdiscConfig::Pfifo(Pfifo { limit_pkts: 1000 })
+    }
+}
+
+/// The shared-medium WiFi model of the client side (see `wifi.rs` and README).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WifiConfig {
+    /// One entry per client, in client order.
+    pub clients: Vec<WifiClient>,
+    #[serde(default)]
+    pub aggregation: Aggregation,
+    #[serde(default)]
+    pub access_delay_us: AccessDelay,
+    #[serde(default)]
+    pub phy: PhyOverheads,
+    /// Queue of each station (uplink) and of the AP per station (downlink).
+    #[serde(default = "wifi_queue")]
+    pub queue: QdiscConfig,
+}
+
+fn wifi_queue() -> QdiscConfig {
+    QdiscConfig::default()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WifiClient {
+    /// PHY rate between this client and the AP, both directions (Mbit/s).
+    pub phy_rate_mbit: f64,
+    /// Uplink PHY rate if different from `phy_rate_mbit`.
+    #[serde(default)]
+    pub uplink_phy_rate_mbit: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Aggregation {
+    /// MPDUs per A-MPDU (802.11n/ac Block Ack window: 64; 802.11ax: 256).
+    #[serde(default = "agg_frames")]
+    pub max_frames: usize,
+    /// A-MPDU length limit (802.11n: 65,535 B; ac: 1,048,575 B; ax: 6,500,631 B).
+    #[serde(default = "agg_bytes")]
+    pub max_bytes: usize,
+    /// How long a station may hold its first frame to aggregate more (0: contend at once).
+    #[serde(default)]
+    pub max_wait_us: f64,
+    /// PPDU duration limit (aPPDUMaxTime, 5.484 ms for HT/VHT/HE).
+    #[serde(default = "agg_ppdu")]
+    pub max_ppdu_us: f64,
+}
+
+fn agg_frames() -> usize {
+    64
+}
+fn agg_bytes() -> usize {
+    65_535
+}
+fn agg_ppdu() -> f64 {
+    5484.0
+}
+
+impl Default for Aggregation {
+    fn default() -> Self {
+        Self { max_frames: agg_frames(), max_bytes: agg_bytes(), max_wait_us: 0.0, max_ppdu_us: agg_ppdu() }
+    }
+}
+
+/// EDCA channel access (802.11-2020 10.23.2) plus an optional extra random deferral.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessDelay {
+    /// aSlotTime (9 us for OFDM PHYs at 5 GHz).
+    #[serde(default = "slot_us")]
+    pub slot_us: f64,
+    /// AIFS = aSIFSTime + AIFSN * aSlotTime (AC_BE: 16 + 3 * 9 = 43 us).
+    #[serde(default = "aifs_us")]
+    pub aifs_us: f64,
+    #[serde(default = "cw_min")]
+    pub cw_min: u32,
+    #[serde(default = "cw_max")]
+    pub cw_max: u32,
+    /// Transmission attempts after the first before an aggregate is dropped
+    /// (dot11ShortRetryLimit = 7).
+    #[serde(default = "retry_limit")]
+    pub retry_limit: u32,
+    /// Model simultaneous backoff expiry as a collision (both transmissions lost).
+    #[serde(default = "yes")]
+    pub collisions: bool,
+    /// Extra random deferral per access (traffic outside the emulated BSS,
+    /// interference, power save); null: none.
+    #[serde(default)]
+    pub extra: Option<Dist>,
+}
+
+fn slot_us() -> f64 {
+    9.0
+}
+fn aifs_us() -> f64 {
+    43.0
+}
+fn cw_min() -> u32 {
+    15
+}
+fn cw_max() -> u32 {
+    1023
+}
+fn retry_limit() -> u32 {
+    7
+}
+fn yes() -> bool {
+    true
+}
+
+impl Default for AccessDelay {
+    fn default() -> Self {
+        Self {
+            slot_us: slot_us(),
+            aifs_us: aifs_us(),
+            cw_min: cw_min(),
+            cw_max: cw_max(),
+            retry_limit: retry_limit(),
+            collisions: true,
+            extra: None,
+        }
+    }
+}
+
+/// A distribution of microseconds: `{"dist": "constant" | "uniform" | "exponential" | "lognormal", ...}`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "dist")]
+pub enum Dist {
+    #[serde(rename = "constant")]
+    Constant(ConstantDist),
+    #[serde(rename = "uniform")]
+    Uniform(UniformDist),
+    #[serde(rename = "exponential")]
+    Exponential(ExponentialDist),
+    #[serde(rename = "lognormal")]
+    Lognormal(LognormalDist),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConstantDist {
+    pub us: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UniformDist {
+    pub min_us: f64,
+    pub max_us: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExponentialDist {
+    pub mean_us: f64,
+}
+
+/// exp(N(ln(median_us), sigma^2)).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LognormalDist {
+    pub median_us: f64,
+    pub sigma: f64,
+}
+
+impl<'de> Deserialize<'de> for Dist {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let kinds = ["constant", "uniform", "exponential", "lognormal"];
+        let (tag, v) = split_tag::<D::Error>(Value::deserialize(d)?, "dist", &kinds)?;
+        Ok(match tag.as_str() {
+            "constant" => Dist::Constant(sub(v)?),
+            "uniform" => Dist::Uniform(sub(v)?),
+            "exponential" => Dist::Exponential(sub(v)?),
+            _ => Dist::Lognormal(sub(v)?),
+        })
+    }
+}
+
+/// Marks a nested field path inside a custom error message (see `from_json`).
+const PATH_MARK: char = '\u{1}';
+
+/// Take the tag field out of a tagged object; error on a missing/unknown tag.
+fn split_tag<E: serde::de::Error>(v: Value, tag: &str, kinds: &[&str]) -> Result<(String, Value), E> {
+    let Value::Object(mut m) = v else {
+        return Err(E::custom(format!("must be an object with a {tag:?} field")));
+    };
+    let expected = kinds.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+    match m.remove(tag) {
+        Some(Value::String(s)) if kinds.contains(&s.as_str()) => Ok((s, Value::Object(m))),
+        Some(Value::String(s)) => {
+            Err(E::custom(format!("{PATH_MARK}{tag}{PATH_MARK}unknown {tag} `{s}`, expected one of {expected}")))
+        }
+        Some(_) => Err(E::custom(format!("{PATH_MARK}{tag}{PATH_MARK}must be a string, one of {expected}"))),
+        None => Err(E::custom(format!("missing field `{tag}` (one of {expected})"))),
+    }
+}
+
+/// Deserialize a variant's fields, keeping the path of a nested error.
+fn sub<T: serde::de::DeserializeOwned, E: serde::de::Error>(v: Value) -> Result<T, E> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let msg = e.into_inner().to_string();
+        if path == "." {
+            E::custom(msg)
+        } else {
+            E::custom(format!("{PATH_MARK}{path}{PATH_MARK}{msg}"))
+        }
+    })
+}
+
+/// Per-transmission PHY/MAC overheads.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhyOverheads {
+    /// PHY preamble + PLCP header duration (VHT: 20 us legacy + 16-20 us VHT fields).
+    #[serde(default = "preamble_us")]
+    pub preamble_us: f64,
+    /// aSIFSTime (16 us at 5 GHz).
+    #[serde(default = "sifs_us")]
+    pub sifs_us: f64,
+    /// Block Ack frame duration at a basic rate (32 B at 24 Mbit/s + 20 us preamble).
+    #[serde(default = "block_ack_us")]
+    pub block_ack_us: f64,
+    /// Bytes each MPDU adds to the IP packet on air: QoS MAC header 26 + LLC/SNAP 8
+    /// + FCS 4 + A-MPDU delimiter 4 (before padding to 4 bytes).
+    #[serde(default = "mpdu_overhead")]
+    pub mpdu_overhead_bytes: usize,
+}
+
+fn preamble_us() -> f64 {
+    40.0
+}
+fn sifs_us() -> f64 {
+    16.0
+}
+fn block_ack_us() -> f64 {
+    32.0
+}
+fn mpdu_overhead() -> usize {
+    42
+}
+
+impl Default for PhyOverheads {
+    fn default() -> Self {
+        Self {
+            preamble_us: preamble_us(),
+            sifs_us: sifs_us(),
+            block_ack_us: block_ack_us(),
+            mpdu_overhead_bytes: mpdu_overhead(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatsConfig {
+    /// Output folder (created if missing).
+    pub dir: PathBuf,
+    #[serde(default = "interval_ms")]
+    pub interval_ms: f64,
+    /// Also write packets.csv (one row per packet).
+    #[serde(default)]
+    pub per_packet: bool,
+}
+
+fn interval_ms() -> f64 {
+    1000.0
+}
+
+/// How the real-time loop waits (see runtime.rs).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimingConfig {
+    /// Sleep until this long before the next event, then spin.
+    #[serde(default = "spin_us")]
+    pub spin_us: f64,
+    /// Largest share of wall time spent spinning (per 100 ms window); beyond
+    /// it the loop only sleeps.
+    #[serde(default = "spin_budget")]
+    pub spin_budget: f64,
+    /// Never sleep (one core at 100%; use with sched_fifo_priority 0, see runtime.rs).
+    #[serde(default)]
+    pub busy_poll: bool,
+    /// SCHED_FIFO priority of the forwarding thread (0: stay SCHED_OTHER).
+    #[serde(default = "fifo_prio")]
+    pub sched_fifo_priority: i32,
+}
+
+fn spin_us() -> f64 {
+    50.0
+}
+fn spin_budget() -> f64 {
+    0.25
+}
+fn fifo_prio() -> i32 {
+    10
+}
+
+impl Default for TimingConfig {
+    fn default() -> Self {
+        Self { spin_us: spin_us(), spin_budget: spin_budget(), busy_poll: false, sched_fifo_priority: fifo_prio() }
+    }
+}
+
+/// A link's rate source after validation.
+#[derive(Debug, Clone)]
+pub enum RateSpec {
+    Unlimited,
+    Constant { bps: u64 },
+    Trace(Trace),
+}
+
+impl Config {
+    /// Parse JSON text; errors carry the dotted path of the offending field.
+    pub fn from_json(text: &str) -> Result<Config, ConfigError> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        let cfg: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let mut path = e.path().to_string();
+            let inner = e.into_inner();
+            let mut msg = inner.to_string();
+            if inner.is_data() {
+                // serde_json appends " at line L column C": the path says more.
+                if let Some(i) = msg.rfind(" at line ") {
+                    msg.truncate(i);
+                }
+            }
+            // A tagged object (qdisc, loss, dist) reports its nested field path
+            // between two PATH_MARKs at the start of the message.
+            if let Some(rest) = msg.strip_prefix(PATH_MARK) {
+                if let Some((sub, m)) = rest.split_once(PATH_MARK) {
+                    path = if path == "." { sub.to_string() } else { format!("{path}.{sub}") };
+                    msg = m.to_string();
+                }
+            }
+            if path == "." {
+                path.clear();
+            }
+            // "missing field `x`" is about x: name it in the path.
+            if let Some(rest) = msg.strip_prefix("missing field `") {
+                if let Some((name, tail)) = rest.split_once('`') {
+                    path = if path.is_empty() { name.to_string() } else { format!("{path}.{name}") };
+                    msg = format!("required field is missing{tail}");
+                }
+            }
+            ConfigError::new(path, msg)
+        })?;
+        Ok(cfg)
+    }
+
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new("", format!("cannot read config {}: {e}", path.display())))?;
+        Config::from_json(&text)
+    }
+
+    /// Range and cross-field checks.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.client_ifs.is_empty() {
+            return Err(ConfigError::new("client_ifs", "needs at least one interface"));
+        }
+        for (i, name) in self.client_ifs.iter().enumerate() {
+            check_ifname(&format!("client_ifs[{i}]"), name)?;
+            if self.client_ifs[..i].contains(name) {
+                return Err(ConfigError::new(format!("client_ifs[{i}]"), format!("{name:?} listed twice")));
+            }
+        }
+        check_ifname("server_if", &self.server_if)?;
+        if self.client_ifs.contains(&self.server_if) {
+            return Err(ConfigError::new("server_if", "is also listed in client_ifs"));
+        }
+        if self.client_ifs.len() > u16::MAX as usize {
+            return Err(ConfigError::new("client_ifs", "too many clients"));
+        }
+        if !(68..=65_535).contains(&self.mtu) {
+            return Err(ConfigError::new("mtu", "must be 68..65535"));
+        }
+        self.uplink.validate("uplink")?;
+        self.downlink.validate("downlink")?;
+        if let Some(w) = &self.wifi {
+            w.validate("wifi", self.client_ifs.len())?;
+        }
+        if let Some(s) = &self.stats {
+            positive("stats.interval_ms", s.interval_ms)?;
+            if s.dir.as_os_str().is_empty() {
+                return Err(ConfigError::new("stats.dir", "must not be empty"));
+            }
+        }
+        let t = &self.timing;
+        if !(t.spin_us.is_finite() && t.spin_us >= 0.0 && t.spin_us <= 100_000.0) {
+            return Err(ConfigError::new("timing.spin_us", "must be 0..100000"));
+        }
+        if !(t.spin_budget.is_finite() && (0.0..=1.0).contains(&t.spin_budget)) {
+            return Err(ConfigError::new("timing.spin_budget", "must be in [0, 1]"));
+        }
+        if !(0..=99).contains(&t.sched_fifo_priority) {
+            return Err(ConfigError::new("timing.sched_fifo_priority", "must be 0..99"));
+        }
+        Ok(())
+    }
+}
+
+fn check_ifname(field: &str, name: &str) -> Result<(), ConfigError> {
+    if name.is_empty() || name.len() > 15 || name.contains('/') || name.contains(char::is_whitespace) {
+        return Err(ConfigError::new(field, format!("{name:?} is not a valid interface name")));
+    }
+    Ok(())
+}
+
+fn positive(field: &str, v: f64) -> Result<(), ConfigError> {
+    if !(v.is_finite() && v > 0.0) {
+        return Err(ConfigError::new(field, format!("must be a positive number, got {v}")));
+    }
+    Ok(())
+}
+
+fn non_negative(field: &str, v: f64) -> Result<(), ConfigError> {
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(ConfigError::new(field, format!("must be >= 0, got {v}")));
+    }
+    Ok(())
+}
+
+fn probability(field: &str, v: f64) -> Result<(), ConfigError> {
+    if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
+        return Err(ConfigError::new(field, format!("must be a probability in [0, 1], got {v}")));
+    }
+    Ok(())
+}
+
+impl LinkConfig {
+    fn validate(&self, at: &str) -> Result<(), ConfigError> {
+        if self.rate_mbit.is_some() && self.trace.is_some() {
+            return Err(ConfigError::new(format!("{at}.trace"), "give either rate_mbit or trace, not both"));
+        }
+        if let Some(r) = self.rate_mbit {
+            positive(&format!("{at}.rate_mbit"), r)?;
+            if r * 1e6 > 1e12 {
+                return Err(ConfigError::new(format!("{at}.rate_mbit"), "must be <= 1,000,000 (1 Tbit/s)"));
+            }
+        }
+        non_negative(&format!("{at}.delay_ms"), self.delay_ms)?;
+        if self.delay_ms > 100_000.0 {
+            return Err(ConfigError::new(format!("{at}.delay_ms"), "must be <= 100000"));
+        }
+        if self.trace_bytes_per_opportunity == 0 {
+            return Err(ConfigError::new(format!("{at}.trace_bytes_per_opportunity"), "must be > 0"));
+        }
+        if self.overhead_bytes > 65_535 {
+            return Err(ConfigError::new(format!("{at}.overhead_bytes"), "must be <= 65535"));
+        }
+        match &self.loss {
+            None => {}
+            Some(LossConfig::Bernoulli(b)) => probability(&format!("{at}.loss.p"), b.p)?,
+            Some(LossConfig::Gilbert(g)) => {
+                probability(&format!("{at}.loss.p_gb"), g.p_gb)?;
+                probability(&format!("{at}.loss.p_bg"), g.p_bg)?;
+                probability(&format!("{at}.loss.loss_good"), g.loss_good)?;
+                probability(&format!("{at}.loss.loss_bad"), g.loss_bad)?;
+                if g.p_gb + g.p_bg == 0.0 {
+                    return Err(ConfigError::new(format!("{at}.loss.p_bg"), "p_gb and p_bg cannot both be 0"));
+                }
+            }
+        }
+        self.qdisc.validate(&format!("{at}.qdisc"))?;
+        self.rate_spec(at)?;
+        Ok(())
+    }
+
+    /// The rate source; loads and checks the trace file.
+    pub fn rate_spec(&self, at: &str) -> Result<RateSpec, ConfigError> {
+        if let Some(path) = &self.trace {
+            let t = Trace::load(path).map_err(|e| ConfigError::new(format!("{at}.trace"), e))?;
+            return Ok(RateSpec::Trace(t));
+        }
+        Ok(match self.rate_mbit {
+            None => RateSpec::Unlimited,
+            Some(r) => RateSpec::Constant { bps: ((r * 1e6).round() as u64).max(1) },
+        })
+    }
+}
+
+impl QdiscConfig {
+    fn validate(&self, at: &str) -> Result<(), ConfigError> {
+        match self {
+            QdiscConfig::Pfifo(p) => {
+                if p.limit_pkts == 0 || p.limit_pkts > 10_000_000 {
+                    return Err(ConfigError::new(format!("{at}.limit_pkts"), "must be 1..10000000"));
+                }
+            }
+            QdiscConfig::Codel(c) => {
+                positive(&format!("{at}.target_ms"), c.target_ms)?;
+                positive(&format!("{at}.interval_ms"), c.interval_ms)?;
+                if c.limit_pkts == 0 || c.limit_pkts > 10_000_000 {
+                    return Err(ConfigError::new(format!("{at}.limit_pkts"), "must be 1..10000000"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl WifiConfig {
+    fn validate(&self, at: &str, n_clients: usize) -> Result<(), ConfigError> {
+        if self.clients.len() != n_clients {
+            return Err(ConfigError::new(
+                format!("{at}.clients"),
+                format!("has {} entries but client_ifs has {n_clients}", self.clients.len()),
+            ));
+        }
+        for (i, c) in self.clients.iter().enumerate() {
+            positive(&format!("{at}.clients[{i}].phy_rate_mbit"), c.phy_rate_mbit)?;
+            if let Some(u) = c.uplink_phy_rate_mbit {
+                positive(&format!("{at}.clients[{i}].uplink_phy_rate_mbit"), u)?;
+            }
+        }
+        let a = &self.aggregation;
+        if a.max_frames == 0 {
+            return Err(ConfigError::new(format!("{at}.aggregation.max_frames"), "must be >= 1"));
+        }
+        if a.max_bytes < 1600 {
+            return Err(ConfigError::new(format!("{at}.aggregation.max_bytes"), "must be >= 1600 (one full frame)"));
+        }
+        non_negative(&format!("{at}.aggregation.max_wait_us"), a.max_wait_us)?;
+        positive(&format!("{at}.aggregation.max_ppdu_us"), a.max_ppdu_us)?;
+        let d = &self.access_delay_us;
+        positive(&format!("{at}.access_delay_us.slot_us"), d.slot_us)?;
+        non_negative(&format!("{at}.access_delay_us.aifs_us"), d.aifs_us)?;
+        if d.cw_min > d.cw_max || d.cw_max > 65_535 {
+            return Err(ConfigError::new(format!("{at}.access_delay_us.cw_max"), "need cw_min <= cw_max <= 65535"));
+        }
+        if let Some(x) = &d.extra {
+            let f = format!("{at}.access_delay_us.extra");
+            match x {
+                Dist::Constant(c) => non_negative(&format!("{f}.us"), c.us)?,
+                Dist::Uniform(u) => {
+                    non_negative(&format!("{f}.min_us"), u.min_us)?;
+                    non_negative(&format!("{f}.max_us"), u.max_us)?;
+                    if u.max_us < u.min_us {
+                        return Err(ConfigError::new(format!("{f}.max_us"), "must be >= min_us"));
+                    }
+                }
+                Dist::Exponential(e) => non_negative(&format!("{f}.mean_us"), e.mean_us)?,
+                Dist::Lognormal(l) => {
+                    positive(&format!("{f}.median_us"), l.median_us)?;
+                    non_negative(&format!("{f}.sigma"), l.sigma)?;
+                }
+            }
+        }
+        let p = &self.phy;
+        non_negative(&format!("{at}.phy.preamble_us"), p.preamble_us)?;
+        non_negative(&format!("{at}.phy.sifs_us"), p.sifs_us)?;
+        non_negative(&format!("{at}.phy.block_ack_us"), p.block_ack_us)?;
+        self.queue.validate(&format!("{at}.queue"))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"{"client_ifs": ["c1", "c2"], "server_if": "srv", "seed": 3,
+        "uplink": {"rate_mbit": 100.0, "delay_ms": 5, "qdisc": {"kind": "pfifo", "limit_pkts": 50}},
+        "downlink": {"rate_mbit": null, "trace": null, "delay_ms": 5.0, "loss": {"model": "bernoulli", "p": 0.01},
+                     "qdisc": {"kind": "codel", "target_ms": 5, "interval_ms": 100, "limit_pkts": 1000}},
+        "wifi": null, "stats": {"dir": "/tmp/x", "interval_ms": 1000, "per_packet": true}}"#;
+
+    fn err(text: &str) -> ConfigError {
+        let c = Config::from_json(text);
+        let e = match c {
+            Err(e) => e,
+            Ok(c) => c.validate().unwrap_err(),
+        };
+        eprintln!("{e}");
+        e
+    }
+
+    #[test]
+    fn parses_the_contract_example() {
+        let c = Config::from_json(BASE).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.seed, 3);
+        assert!(matches!(c.uplink.qdisc, QdiscConfig::Pfifo(Pfifo { limit_pkts: 50 })));
+        assert!(matches!(&c.downlink.loss, Some(LossConfig::Bernoulli(b)) if b.p == 0.01));
+        assert!(matches!(&c.downlink.qdisc, QdiscConfig::Codel(Codel { ecn: false, .. })));
+        assert!(c.stats.unwrap().per_packet);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = err(&BASE.replace("\"limit_pkts\": 50", "\"limit_pkts\": \"x\""));
+        assert_eq!(e.field, "uplink.qdisc.limit_pkts", "{e}");
+        assert!(e.msg.contains("invalid type"), "{e}");
+        let e = err(&BASE.replace("\"limit_pkts\": 50", "\"limit\": 50"));
+        assert_eq!(e.field, "uplink.qdisc.limit", "{e}");
+        let e = err(&BASE.replace("\"kind\": \"pfifo\", ", ""));
+        assert_eq!(e.field, "uplink.qdisc.kind", "{e}");
+        assert!(e.msg.contains("missing"), "{e}");
+        let e = err(&BASE.replace("\"rate_mbit\": 100.0", "\"rate_mbit\": -1"));
+        assert_eq!(e.field, "uplink.rate_mbit");
+        let e = err(&BASE.replace("\"delay_ms\": 5,", "\"delay_ms\": 5, \"dealy\": 1,"));
+        assert_eq!(e.field, "uplink.dealy", "{e}");
+        assert!(e.msg.contains("unknown field"), "{e}");
+        let e = err(&BASE.replace("\"p\": 0.01", "\"p\": 1.5"));
+        assert_eq!(e.field, "downlink.loss.p");
+        let e = err(&BASE.replace("\"server_if\": \"srv\",", ""));
+        assert_eq!(e.field, "server_if", "{e}");
+        let e = err(&BASE.replace(
+            "\"wifi\": null",
+            "\"wifi\": {\"clients\": [{\"phy_rate_mbit\": 1}, {\"phy_rate_mbit\": 1}],\
+             \"access_delay_us\": {\"extra\": {\"dist\": \"uniform\", \"min_us\": 1, \"max\": 2}}}",
+        ));
+        assert_eq!(e.field, "wifi.access_delay_us.extra.max", "{e}");
+        let e = err(&BASE.replace("\"wifi\": null", "\"wifi\": {\"clients\": [{\"phy_rate_mbit\": 300}]}"));
+        assert_eq!(e.field, "wifi.clients");
+        let e = err(&BASE.replace("\"trace\": null", "\"trace\": \"/nonexistent/trace\""));
+        assert_eq!(e.field, "downlink.trace");
+        let e = err(&BASE.replace("[\"c1\", \"c2\"]", "[\"c1\", \"c1\"]"));
+        assert_eq!(e.field, "client_ifs[1]");
+        let e = err(&BASE.replace("\"kind\": \"pfifo\"", "\"kind\": \"red\""));
+        assert_eq!(e.field, "uplink.qdisc.kind");
+        assert!(e.to_string().starts_with("uplink.qdisc.kind: unknown kind `red`"), "{e}");
+    }
+
+    #[test]
+    fn wifi_defaults_follow_80211() {
+        let c = Config::from_json(&BASE.replace(
+            "\"wifi\": null",
+            "\"wifi\": {\"clients\": [{\"phy_rate_mbit\": 300}, {\"phy_rate_mbit\": 150}]}",
+        ))
+        .unwrap();
+        c.validate().unwrap();
+        let w = c.wifi.unwrap();
+        assert_eq!(w.access_delay_us.slot_us, 9.0);
+        assert_eq!(w.access_delay_us.aifs_us, 43.0);
+        assert_eq!((w.access_delay_us.cw_min, w.access_delay_us.cw_max), (15, 1023));
+        assert_eq!(w.aggregation.max_frames, 64);
+        assert_eq!(w.aggregation.max_bytes, 65_535);
+    }
+}

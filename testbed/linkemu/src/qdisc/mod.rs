@@ -1,0 +1,134 @@
+//! Queue disciplines: the pluggable queue in front of each bottleneck.
+//!
+//! A link ([`crate::link`]) hands every packet that survived random loss to
+//! [`Qdisc::enqueue`] and, whenever its transmitter is free, asks
+//! [`Qdisc::dequeue`] for the next packet to put on the wire.  Both calls carry
+//! the current (virtual or real) time, so a discipline can timestamp packets on
+//! the way in and compute their sojourn on the way out, which is all CoDel,
+//! PIE and DualPI2 (RFC 9332) need.
+//!
+//! Verdicts:
+//! * `enqueue` may refuse a packet ([`DropCause::Queue`] for overflow, or an
+//!   AQM verdict for disciplines that decide at enqueue, as PIE does);
+//! * `dequeue` may drop any number of packets before it returns one (reported
+//!   through the `drops` vector, as CoDel does), and may mark the one it
+//!   returns CE with [`Packet::mark_ce`] (which refuses Not-ECT packets; the
+//!   discipline then drops instead).  Classifiers read [`Packet::ecn`]
+//!   (DualPI2 puts ECT(1) and CE into its L4S queue).
+//! * Disciplines with a periodic control loop (DualPI2 updates its PI
+//!   controller every 16 ms) report the instant of their next update with
+//!   `next_timer` and get `on_timer` at that instant; the link folds it into
+//!   its own event schedule.
+//!
+//! Adding a discipline: implement the trait in a new file, add a variant to
+//! [`crate::config::QdiscConfig`] and a line to [`build`].
+
+pub mod codel;
+pub mod pfifo;
+
+use crate::config::QdiscConfig;
+use crate::packet::Packet;
+use crate::time::Nanos;
+
+/// Why a packet was dropped (the emulator's drop taxonomy; see `stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropCause {
+    /// Queue full (tail drop at enqueue).
+    Queue,
+    /// Dropped by an AQM's control law (CoDel, later DualPI2).
+    Aqm,
+    /// Random loss model of the link.
+    Loss,
+    /// Frame larger than the MTU (a GSO super-packet: offloads not disabled).
+    Oversize,
+    /// A WiFi station or AP queue was full.
+    WifiQueue,
+    /// A WiFi aggregate exceeded the retry limit after collisions.
+    WifiRetry,
+    /// The kernel refused the frame on the way out (send() failed).
+    TxError,
+}
+
+impl DropCause {
+    pub const ALL: [DropCause; 7] = [
+        DropCause::Queue,
+        DropCause::Aqm,
+        DropCause::Loss,
+        DropCause::Oversize,
+        DropCause::WifiQueue,
+        DropCause::WifiRetry,
+        DropCause::TxError,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            DropCause::Queue => "queue",
+            DropCause::Aqm => "aqm",
+            DropCause::Loss => "loss",
+            DropCause::Oversize => "oversize",
+            DropCause::WifiQueue => "wifi_queue",
+            DropCause::WifiRetry => "wifi_retry",
+            DropCause::TxError => "tx_error",
+        }
+    }
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A packet the discipline gave up on, and why.
+#[derive(Debug)]
+pub struct Dropped {
+    pub pkt: Packet,
+    pub cause: DropCause,
+}
+
+pub trait Qdisc: Send {
+    /// Offer `pkt` at `now`.  The discipline owns it afterwards, or hands it
+    /// back inside `Err` with the reason it refused it.
+    fn enqueue(&mut self, pkt: Packet, now: Nanos) -> Result<(), Box<Dropped>>;
+
+    /// The next packet to transmit at `now`, if any.  Packets the discipline
+    /// drops on the way are pushed to `drops`.  The returned packet may have
+    /// been marked CE ([`Packet::marked`]).  None means the queue is empty
+    /// (a discipline that holds packets back must use `next_timer`).
+    fn dequeue(&mut self, now: Nanos, drops: &mut Vec<Dropped>) -> Option<Packet>;
+
+    /// Packets currently queued.
+    fn len(&self) -> usize;
+
+    /// Bytes currently queued (IP lengths).
+    fn bytes(&self) -> usize;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Enqueue instant of the packet that has waited longest (WiFi
+    /// aggregation uses it to decide when a station stops waiting for more).
+    fn head_enqueued(&self) -> Option<Nanos>;
+
+    /// Instant of the next internal update (periodic controllers), if any.
+    fn next_timer(&self) -> Option<Nanos> {
+        None
+    }
+
+    /// Called at (or after) the instant `next_timer` announced; must move
+    /// `next_timer` past `now`.
+    fn on_timer(&mut self, _now: Nanos) {}
+
+    /// Short name for logs and the summary ("pfifo", "codel").
+    fn kind(&self) -> &'static str;
+}
+
+/// Instantiate the discipline a config describes.
+pub fn build(cfg: &QdiscConfig) -> Box<dyn Qdisc> {
+    match cfg {
+        QdiscConfig::Pfifo(p) => Box::new(pfifo::Pfifo::new(p.limit_pkts)),
+        QdiscConfig::Codel(c) => Box::new(codel::Codel::new(
+            (c.target_ms * 1e6) as Nanos,
+            (c.interval_ms * 1e6) as Nanos,
+            c.limit_pkts,
+            c.ecn,
+        )),
+    }
+}

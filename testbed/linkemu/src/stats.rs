@@ -1,0 +1,550 @@
+//! Statistics: what happened to every packet, per direction and per client.
+//!
+//! The engine reports three kinds of facts:
+//! * a packet entered a direction ([`Stats::on_in`]);
+//! * a packet left the emulator ([`Stats::on_out`]): its IP length, the time
+//!   it spent in the bottleneck qdisc (sojourn), in the WiFi hop, and in the
+//!   emulator overall (delay), and whether it was CE-marked;
+//! * a packet was dropped ([`Stats::on_drop`]) with its cause.
+//!
+//! They feed run totals (summary.json), per-interval accumulators (one
+//! intervals.csv row per direction for all clients, client = -1, and one per
+//! client; closed by the engine at every interval boundary of virtual time) and,
+//! when enabled, one packets.csv row per packet.  Rows go to a [`Sink`]: the
+//! CSV writer thread in the real emulator ([`crate::output`]), a vector in tests.
+//!
+//! Bytes are IP bytes (from the IP header on), the unit the links charge.
+//! Times in records are relative to the start of the run.
+
+use serde_json::{json, Value};
+
+use crate::histogram::{round1, Histogram};
+use crate::packet::{Dir, Packet};
+use crate::qdisc::DropCause;
+use crate::time::Nanos;
+
+/// What finally happened to a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Forward,
+    /// Forwarded with CE set by an AQM.
+    Mark,
+    Drop(DropCause),
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Forward => "forward",
+            Verdict::Mark => "mark",
+            Verdict::Drop(DropCause::Queue) => "drop_queue",
+            Verdict::Drop(DropCause::Aqm) => "drop_aqm",
+            Verdict::Drop(DropCause::Loss) => "drop_loss",
+            Verdict::Drop(DropCause::Oversize) => "drop_oversize",
+            Verdict::Drop(DropCause::WifiQueue) => "drop_wifi_queue",
+            Verdict::Drop(DropCause::WifiRetry) => "drop_wifi_retry",
+            Verdict::Drop(DropCause::TxError) => "drop_tx_error",
+        }
+    }
+}
+
+/// One packets.csv row.
+#[derive(Debug, Clone, Copy)]
+pub struct PacketRecord {
+    /// Time of the verdict (departure or drop), ns since the start.
+    pub t: Nanos,
+    pub dir: Dir,
+    pub client: u16,
+    /// IP length.
+    pub len: u32,
+    /// Bottleneck qdisc sojourn, ns.
+    pub sojourn: Nanos,
+    /// WiFi hop (queue + access + airtime), ns.
+    pub wifi: Nanos,
+    /// Arrival to verdict, ns.
+    pub delay: Nanos,
+    pub verdict: Verdict,
+}
+
+/// One intervals.csv row.
+#[derive(Debug, Clone)]
+pub struct IntervalRow {
+    /// End of the interval, seconds since the start.
+    pub t_s: f64,
+    pub dir: Dir,
+    /// Client index, or -1 for all clients of the direction.
+    pub client: i32,
+    /// IP bytes that entered the direction in the interval (offered load).
+    pub bytes_in: u64,
+    pub packets_out: u64,
+    pub bytes_out: u64,
+    pub rate_mbit: f64,
+    pub drops: u64,
+    pub marks: u64,
+    pub sojourn_mean_us: f64,
+    pub sojourn_p99_us: f64,
+    pub delay_mean_us: f64,
+    pub delay_p99_us: f64,
+    /// Packets queued at the end of the interval: the bottleneck qdisc for
+    /// client = -1, the client's WiFi queue otherwise (None without WiFi).
+    pub queue_pkts: Option<u64>,
+    /// Share of the interval the medium carried this client's transmissions
+    /// in this direction (None without WiFi; for -1 the sum over clients).
+    pub airtime_frac: Option<f64>,
+}
+
+/// The contract's columns first (t_s ... queue_pkts), then the additions.
+pub const INTERVAL_HEADER: &str = "t_s,direction,client,bytes_out,rate_mbit,drops,marks,sojourn_mean_us,\
+sojourn_p99_us,queue_pkts,bytes_in,packets_out,delay_mean_us,delay_p99_us,airtime_frac";
+/// The contract's columns first (t_us ... verdict), then the additions.
+pub const PACKET_HEADER: &str = "t_us,direction,client,len,sojourn_us,verdict,wifi_us,delay_us";
+
+impl IntervalRow {
+    pub fn csv(&self) -> String {
+        let opt_u = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
+        let opt_f = |v: Option<f64>| v.map(|x| format!("{x:.4}")).unwrap_or_default();
+        format!(
+            "{:.3},{},{},{},{:.4},{},{},{:.1},{:.1},{},{},{},{:.1},{:.1},{}",
+            self.t_s,
+            self.dir.name(),
+            self.client,
+            self.bytes_out,
+            self.rate_mbit,
+            self.drops,
+            self.marks,
+            self.sojourn_mean_us,
+            self.sojourn_p99_us,
+            opt_u(self.queue_pkts),
+            self.bytes_in,
+            self.packets_out,
+            self.delay_mean_us,
+            self.delay_p99_us,
+            opt_f(self.airtime_frac),
+        )
+    }
+}
+
+impl PacketRecord {
+    pub fn csv(&self, out: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(
+            out,
+            "{:.1},{},{},{},{:.1},{},{:.1},{:.1}",
+            self.t as f64 / 1000.0,
+            self.dir.name(),
+            if self.client == u16::MAX { -1 } else { self.client as i32 },
+            self.len,
+            self.sojourn as f64 / 1000.0,
+            self.verdict.name(),
+            self.wifi as f64 / 1000.0,
+            self.delay as f64 / 1000.0,
+        );
+    }
+}
+
+/// Where rows go.
+pub trait Sink: Send {
+    fn packet(&mut self, rec: PacketRecord);
+    fn intervals(&mut self, rows: Vec<IntervalRow>);
+    /// Flush and close (called once, at the end).
+    fn finish(&mut self) {}
+}
+
+/// Keeps everything in memory (tests).
+#[derive(Default)]
+pub struct MemorySink {
+    pub packets: std::sync::Arc<std::sync::Mutex<Vec<PacketRecord>>>,
+    pub rows: std::sync::Arc<std::sync::Mutex<Vec<IntervalRow>>>,
+}
+
+impl Sink for MemorySink {
+    fn packet(&mut self, rec: PacketRecord) {
+        self.packets.lock().unwrap().push(rec);
+    }
+    fn intervals(&mut self, rows: Vec<IntervalRow>) {
+        self.rows.lock().unwrap().extend(rows);
+    }
+}
+
+/// Drops everything (no stats.dir configured).
+pub struct NullSink;
+
+impl Sink for NullSink {
+    fn packet(&mut self, _rec: PacketRecord) {}
+    fn intervals(&mut self, _rows: Vec<IntervalRow>) {}
+}
+
+#[derive(Debug, Default, Clone)]
+struct Totals {
+    packets_in: u64,
+    bytes_in: u64,
+    packets_out: u64,
+    bytes_out: u64,
+    drops: [u64; DropCause::ALL.len()],
+    marks: u64,
+    sojourn: Histogram,
+    delay: Histogram,
+    wifi: Histogram,
+    first_out: Option<(Nanos, u64)>,
+    last_out: Nanos,
+}
+
+impl Totals {
+    fn rate_mbit(&self) -> f64 {
+        // Average over the span between the first and the last departure
+        // (the first packet's bytes belong before the span).
+        match self.first_out {
+            Some((t0, len0)) if self.last_out > t0 => {
+                (self.bytes_out - len0) as f64 * 8.0 / ((self.last_out - t0) as f64 / 1e9) / 1e6
+            }
+            _ => 0.0,
+        }
+    }
+
+    fn json(&self, wifi: bool) -> Value {
+        let mut drops = serde_json::Map::new();
+        for c in DropCause::ALL {
+            drops.insert(c.name().into(), json!(self.drops[c.index()]));
+        }
+        let mut v = json!({
+            "packets_in": self.packets_in,
+            "bytes_in": self.bytes_in,
+            "packets_out": self.packets_out,
+            "bytes_out": self.bytes_out,
+            "drops": drops,
+            "drops_total": self.drops.iter().sum::<u64>(),
+            "ecn_marks": self.marks,
+            "sojourn_us": self.sojourn.summary(),
+            "delay_us": self.delay.summary(),
+            "rate_mbit": (self.rate_mbit() * 1e4).round() / 1e4,
+        });
+        if wifi {
+            v["wifi_us"] = self.wifi.summary();
+        }
+        v
+    }
+}
+
+#[derive(Default, Clone)]
+struct Acc {
+    bytes_in: u64,
+    packets_out: u64,
+    bytes_out: u64,
+    drops: u64,
+    marks: u64,
+    sojourn: Histogram,
+    delay: Histogram,
+}
+
+impl Acc {
+    fn reset(&mut self) {
+        self.bytes_in = 0;
+        self.packets_out = 0;
+        self.bytes_out = 0;
+        self.drops = 0;
+        self.marks = 0;
+        self.sojourn.clear();
+        self.delay.clear();
+    }
+}
+
+struct DirStats {
+    total: Totals,
+    clients: Vec<Totals>,
+    acc_all: Acc,
+    acc: Vec<Acc>,
+}
+
+/// Queue and airtime state sampled at an interval boundary.
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    /// Bottleneck qdisc length per direction.
+    pub link_queue: [u64; 2],
+    /// Per direction, per client: WiFi queue length (empty without WiFi).
+    pub wifi_queue: [Vec<u64>; 2],
+    /// Per direction, per client: cumulative airtime, ns (empty without WiFi).
+    pub wifi_airtime: [Vec<Nanos>; 2],
+}
+
+pub struct Stats {
+    origin: Nanos,
+    n: usize,
+    interval: Nanos,
+    next_close: Nanos,
+    last_close: Nanos,
+    per_packet: bool,
+    wifi: bool,
+    dirs: [DirStats; 2],
+    prev_airtime: [Vec<Nanos>; 2],
+    /// Non-IP frames (ARP, ...) and floods forwarded without impairment.
+    pub passthrough_frames: u64,
+    pub passthrough_bytes: u64,
+    sink: Box<dyn Sink>,
+}
+
+impl Stats {
+    pub fn new(
+        origin: Nanos,
+        n_clients: usize,
+        interval: Nanos,
+        per_packet: bool,
+        wifi: bool,
+        sink: Box<dyn Sink>,
+    ) -> Self {
+        let dir = || DirStats {
+            total: Totals::default(),
+            clients: vec![Totals::default(); n_clients],
+            acc_all: Acc::default(),
+            acc: vec![Acc::default(); n_clients],
+        };
+        Stats {
+            origin,
+            n: n_clients,
+            interval,
+            next_close: origin + interval,
+            last_close: origin,
+            per_packet,
+            wifi,
+            dirs: [dir(), dir()],
+            prev_airtime: [vec![0; n_clients], vec![0; n_clients]],
+            passthrough_frames: 0,
+            passthrough_bytes: 0,
+            sink,
+        }
+    }
+
+    /// Instant of the next interval boundary.
+    pub fn next_close(&self) -> Nanos {
+        self.next_close
+    }
+
+    /// End of the last closed interval.
+    pub fn last_close(&self) -> Nanos {
+        self.last_close
+    }
+
+    pub fn on_in(&mut self, dir: Dir, client: u16, len: usize) {
+        let d = &mut self.dirs[dir.index()];
+        for t in [&mut d.total, &mut d.clients[client as usize]] {
+            t.packets_in += 1;
+            t.bytes_in += len as u64;
+        }
+        d.acc_all.bytes_in += len as u64;
+        d.acc[client as usize].bytes_in += len as u64;
+    }
+
+    pub fn on_out(&mut self, dir: Dir, pkt: &Packet, t: Nanos) {
+        let len = pkt.ip_len() as u64;
+        let delay = t.saturating_sub(pkt.arrival);
+        let c = pkt.client as usize;
+        let d = &mut self.dirs[dir.index()];
+        for tot in [&mut d.total, &mut d.clients[c]] {
+            tot.packets_out += 1;
+            tot.bytes_out += len;
+            tot.marks += pkt.marked as u64;
+            tot.sojourn.record(pkt.sojourn);
+            tot.delay.record(delay);
+            if self.wifi {
+                tot.wifi.record(pkt.wifi_wait);
+            }
+            if tot.first_out.is_none() {
+                tot.first_out = Some((t, len));
+            }
+            tot.last_out = t;
+        }
+        for a in [&mut d.acc_all, &mut d.acc[c]] {
+            a.packets_out += 1;
+            a.bytes_out += len;
+            a.marks += pkt.marked as u64;
+            a.sojourn.record(pkt.sojourn);
+            a.delay.record(delay);
+        }
+        if self.per_packet {
+            self.sink.packet(PacketRecord {
+                t: t.saturating_sub(self.origin),
+                dir,
+                client: pkt.client,
+                len: len as u32,
+                sojourn: pkt.sojourn,
+                wifi: pkt.wifi_wait,
+                delay,
+                verdict: if pkt.marked { Verdict::Mark } else { Verdict::Forward },
+            });
+        }
+    }
+
+    pub fn on_drop(&mut self, dir: Dir, pkt: &Packet, cause: DropCause, t: Nanos) {
+        let c = pkt.client as usize;
+        let d = &mut self.dirs[dir.index()];
+        d.total.drops[cause.index()] += 1;
+        if c < self.n {
+            d.clients[c].drops[cause.index()] += 1;
+            d.acc[c].drops += 1;
+        }
+        d.acc_all.drops += 1;
+        if self.per_packet {
+            self.sink.packet(PacketRecord {
+                t: t.saturating_sub(self.origin),
+                dir,
+                client: pkt.client,
+                len: pkt.ip_len() as u32,
+                sojourn: pkt.sojourn,
+                wifi: pkt.wifi_wait,
+                delay: t.saturating_sub(pkt.arrival),
+                verdict: Verdict::Drop(cause),
+            });
+        }
+    }
+
+    /// An oversize frame that never became a directional packet (counted in
+    /// the direction it would have taken).
+    pub fn on_oversize(&mut self, dir: Dir, client: Option<u16>, frame_len: usize, t: Nanos) {
+        let d = &mut self.dirs[dir.index()];
+        d.total.drops[DropCause::Oversize.index()] += 1;
+        d.acc_all.drops += 1;
+        if let Some(c) = client {
+            d.clients[c as usize].drops[DropCause::Oversize.index()] += 1;
+            d.acc[c as usize].drops += 1;
+        }
+        if self.per_packet {
+            self.sink.packet(PacketRecord {
+                t: t.saturating_sub(self.origin),
+                dir,
+                client: client.unwrap_or(u16::MAX),
+                len: frame_len as u32,
+                sojourn: 0,
+                wifi: 0,
+                delay: 0,
+                verdict: Verdict::Drop(DropCause::Oversize),
+            });
+        }
+    }
+
+    pub fn on_passthrough(&mut self, frame_len: usize) {
+        self.passthrough_frames += 1;
+        self.passthrough_bytes += frame_len as u64;
+    }
+
+    /// Close the interval ending at `t` (a boundary, or the end of the run).
+    pub fn close_interval(&mut self, t: Nanos, snap: &Snapshot) {
+        let secs = (t - self.last_close) as f64 / 1e9;
+        let t_s = (t - self.origin) as f64 / 1e9;
+        let mut rows = Vec::with_capacity(2 * (self.n + 1));
+        for dir in Dir::BOTH {
+            let di = dir.index();
+            let airtime: Option<Vec<Nanos>> = if self.wifi {
+                let cur = &snap.wifi_airtime[di];
+                let v: Vec<Nanos> = (0..self.n).map(|c| cur[c] - self.prev_airtime[di][c]).collect();
+                self.prev_airtime[di].clone_from(cur);
+                Some(v)
+            } else {
+                None
+            };
+            let frac = |ns: Nanos| if secs > 0.0 { ns as f64 / 1e9 / secs } else { 0.0 };
+            let d = &mut self.dirs[di];
+            let row = |a: &Acc, client: i32, queue: Option<u64>, air: Option<f64>| IntervalRow {
+                t_s,
+                dir,
+                client,
+                bytes_in: a.bytes_in,
+                packets_out: a.packets_out,
+                bytes_out: a.bytes_out,
+                rate_mbit: if secs > 0.0 { a.bytes_out as f64 * 8.0 / secs / 1e6 } else { 0.0 },
+                drops: a.drops,
+                marks: a.marks,
+                sojourn_mean_us: round1(a.sojourn.mean_us()),
+                sojourn_p99_us: round1(a.sojourn.quantile_us(0.99)),
+                delay_mean_us: round1(a.delay.mean_us()),
+                delay_p99_us: round1(a.delay.quantile_us(0.99)),
+                queue_pkts: queue,
+                airtime_frac: air,
+            };
+            rows.push(row(&d.acc_all, -1, Some(snap.link_queue[di]), airtime.as_ref().map(|v| frac(v.iter().sum()))));
+            for c in 0..self.n {
+                let q = if self.wifi { snap.wifi_queue[di].get(c).copied() } else { None };
+                rows.push(row(&d.acc[c], c as i32, q, airtime.as_ref().map(|v| frac(v[c]))));
+            }
+            d.acc_all.reset();
+            for a in &mut d.acc {
+                a.reset();
+            }
+        }
+        self.sink.intervals(rows);
+        self.last_close = t;
+        while self.next_close <= t {
+            self.next_close += self.interval;
+        }
+    }
+
+    /// Per-direction part of summary.json.
+    pub fn direction_json(&self, dir: Dir, in_flight_at_exit: usize) -> Value {
+        let d = &self.dirs[dir.index()];
+        let mut v = d.total.json(self.wifi);
+        v["in_flight_at_exit"] = json!(in_flight_at_exit);
+        v["clients"] = Value::Array(d.clients.iter().map(|t| t.json(self.wifi)).collect());
+        v
+    }
+
+    /// Packets and bytes out and drops of a direction (tests, benchmarks).
+    pub fn totals(&self, dir: Dir) -> (u64, u64, u64) {
+        let t = &self.dirs[dir.index()].total;
+        (t.packets_out, t.bytes_out, t.drops.iter().sum())
+    }
+
+    pub fn drops(&self, dir: Dir, cause: DropCause) -> u64 {
+        self.dirs[dir.index()].total.drops[cause.index()]
+    }
+
+    pub fn finish(&mut self) {
+        self.sink.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_rows_match_their_headers() {
+        let row = IntervalRow {
+            t_s: 1.0,
+            dir: Dir::Up,
+            client: -1,
+            bytes_in: 1,
+            packets_out: 2,
+            bytes_out: 3,
+            rate_mbit: 4.0,
+            drops: 5,
+            marks: 6,
+            sojourn_mean_us: 7.0,
+            sojourn_p99_us: 8.0,
+            delay_mean_us: 9.0,
+            delay_p99_us: 10.0,
+            queue_pkts: None,
+            airtime_frac: Some(0.5),
+        };
+        let cols: Vec<&str> = INTERVAL_HEADER.split(',').collect();
+        let line = row.csv();
+        let vals: Vec<&str> = line.split(',').collect();
+        assert_eq!(cols.len(), vals.len());
+        let get = |c: &str| vals[cols.iter().position(|x| *x == c).unwrap()];
+        assert_eq!((get("bytes_out"), get("queue_pkts"), get("airtime_frac")), ("3", "", "0.5000"));
+        let mut s = String::new();
+        PacketRecord {
+            t: 1500,
+            dir: Dir::Down,
+            client: 1,
+            len: 100,
+            sojourn: 2000,
+            wifi: 0,
+            delay: 3000,
+            verdict: Verdict::Drop(DropCause::Queue),
+        }
+        .csv(&mut s);
+        let cols: Vec<&str> = PACKET_HEADER.split(',').collect();
+        let vals: Vec<&str> = s.trim_end().split(',').collect();
+        assert_eq!(cols.len(), vals.len());
+        assert_eq!(vals[cols.iter().position(|x| *x == "verdict").unwrap()], "drop_queue");
+        assert_eq!(vals[0], "1.5");
+    }
+}
