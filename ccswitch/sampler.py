@@ -68,8 +68,6 @@ class Sampler:
     def __init__(self, snapshot: Callable[[], np.ndarray]):
         self._snapshot = snapshot
         self._prev: np.ndarray | None = None  # sorted by cookie
-        self._addr_cache: dict[int, tuple[str, str]] = {}
-        self._cca_cache: dict[bytes, str] = {}
         # CLOCK_MONOTONIC (bpf_ktime_get_ns) -> wall clock
         self._mono_to_wall = time.time() - time.monotonic()
 
@@ -100,17 +98,14 @@ class Sampler:
             c, p, dt = _take(c, keep), _take(p, keep), dt[keep]
         return self._build(c, p, dt)
 
-    def _addresses(self, c: np.ndarray) -> tuple[list[str], list[str]]:
-        cache = self._addr_cache
-        cookies = c["cookie"].tolist()
-        for i in (i for i, k in enumerate(cookies) if k not in cache):  # new flows only
-            fam = int(c["family"][i])
-            cache[cookies[i]] = (_fmt_addr(fam, c["saddr"][i]), _fmt_addr(fam, c["daddr"][i]))
-        if len(cache) > 2 * len(cookies) + 1024:  # forget closed flows
-            live = set(cookies)
-            self._addr_cache = cache = {k: v for k, v in cache.items() if k in live}
-        pairs = [cache[k] for k in cookies]
-        return [a for a, _ in pairs], [b for _, b in pairs]
+    @staticmethod
+    def _addresses(c: np.ndarray, field: str) -> pa.Array:
+        # few distinct addresses: format each once, expand in C++
+        keys = np.ascontiguousarray(c[field]).view(np.dtype((np.void, 16))).ravel()
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        names = pa.array([_fmt_addr(int(c["family"][i]), c[field][i]) for i in first], pa.string())
+        return pa.DictionaryArray.from_arrays(pa.array(inverse.astype(np.int32).ravel()),
+                                              names).cast(pa.string())
 
     @staticmethod
     def _cca_names(c: np.ndarray) -> pa.Array:
@@ -137,16 +132,15 @@ class Sampler:
             jitter = np.where(diffs > 0, absdiff / np.maximum(diffs, 1), np.nan)
             rtt_ratio = np.where(min_rtt > 0, srtt / min_rtt, np.nan)
             loss = np.where(sent_segs > 0, retrans / np.maximum(sent_segs, 1), 0.0)
-        srcs, dsts = self._addresses(c)
         cols = {
             "ts_s": c["ts_ns"] / 1e9 + self._mono_to_wall,
             "interval_s": dt,
             "flow_id": c["cookie"],
             "netns_cookie": c["netns_cookie"],
             "cgroup_id": c["cgroup_id"],
-            "src": srcs,
+            "src": self._addresses(c, "saddr"),
             "sport": c["sport"],
-            "dst": dsts,
+            "dst": self._addresses(c, "daddr"),
             "dport": c["dport"],
             "cca": self._cca_names(c),
             "throughput_bps": (acked + delivered * hdr) * 8 / dt,
