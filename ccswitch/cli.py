@@ -177,6 +177,112 @@ def demo(duration: int, rate: float, as_json: bool) -> None:
     run_demo(duration_s=duration, rate_mbit=rate, as_json=as_json)
 
 
+@cli.group()
+def testbed() -> None:
+    """Emulated testbed: run scenario files, report run folders, clean up."""
+
+
+def _testbed_fail(exc: BaseException) -> None:
+    import os
+
+    if os.environ.get("CCSWITCH_DEBUG"):
+        import traceback
+
+        traceback.print_exception(exc)
+    msg = str(exc).replace("\n", " ") or type(exc).__name__
+    click.echo(f"ccswitch: error: {msg}", err=True)
+    sys.exit(1)
+
+
+@testbed.command("run")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Results folder (default: results/NAME-YYYYmmdd-HHMMSS).")
+@click.option("--server", metavar="ADDR",
+              help="External mode: send to this real iperf3 server instead of namespaces.")
+@click.option("--client", "clients", type=int, multiple=True, metavar="N",
+              help="External mode: run the flows of client N here (repeatable; default all).")
+@click.option("--start-at", type=float, metavar="EPOCH",
+              help="External mode: start the scenario clock at this Unix time (line up several hosts).")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--quiet", is_flag=True, help="No progress line.")
+def testbed_run(scenario: str, out_dir: str | None, server: str | None, clients: tuple[int, ...],
+                start_at: float | None, no_plots: bool, quiet: bool) -> None:
+    """Run SCENARIO.toml: one folder per repetition with raw outputs, table and plots."""
+    from pathlib import Path
+
+    from ccswitch.dataplane import install_signal_handlers
+    from ccswitch.testbed.runner import External, run_scenario
+    from ccswitch.testbed.scenario import load_scenario
+
+    if (clients or start_at is not None) and not server:
+        raise click.UsageError("--client and --start-at need --server (external mode)")
+    try:
+        sc = load_scenario(scenario)
+        install_signal_handlers()
+        ext = External(server, tuple(clients), start_at) if server else None
+        runs = run_scenario(sc, Path(out_dir) if out_dir else None, external=ext,
+                            progress=not quiet, plots=not no_plots)
+    except (RuntimeError, *USER_ERRORS) as exc:  # RunError, EmulatorError, IperfError, NetnsError ...
+        _testbed_fail(exc)
+    for r in runs:
+        click.echo(f"{r}/table.md")
+
+
+@testbed.command("report")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@click.option("--no-plots", is_flag=True, help="Tables only.")
+def testbed_report(directory: str, no_plots: bool) -> None:
+    """Recompute tables and plots of a run folder (or of every run folder below DIRECTORY)."""
+    from pathlib import Path
+
+    from ccswitch.testbed.report import report_dir
+
+    try:
+        runs = report_dir(Path(directory), plots=not no_plots)
+    except (KeyError, *USER_ERRORS) as exc:
+        _testbed_fail(exc)
+    for r in runs:
+        click.echo((Path(r) / "table.md").read_text())
+
+
+@testbed.command("merge")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("parts", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+def testbed_merge(out: str, parts: tuple[str, ...]) -> None:
+    """Join the run folders of several client hosts (external mode) into OUT and report it."""
+    from pathlib import Path
+
+    from ccswitch.testbed.report import merge_runs, report_run
+
+    try:
+        merged = merge_runs(Path(out), [Path(p) for p in parts])
+        report_run(merged)
+    except (KeyError, *USER_ERRORS) as exc:
+        _testbed_fail(exc)
+    click.echo((merged / "table.md").read_text())
+
+
+@testbed.command("cleanup")
+@click.option("--unowned", is_flag=True, help="Also remove ccs-* namespaces without an owner record.")
+def testbed_cleanup(unowned: bool) -> None:
+    """Remove testbed namespaces (and their processes) left by crashed or killed runs."""
+    from ccswitch.testbed.runner import cleanup
+
+    removed = cleanup(include_unowned=unowned)
+    click.echo(f"removed {len(removed)} namespace(s)" + (f": {' '.join(removed)}" if removed else ""))
+
+
+# Traces, training and evaluation (issue 4): the commands live next to their code and
+# import numpy/pyarrow/TensorFlow only when they run.
+from ccswitch.datasets.commands import dataset  # noqa: E402
+from ccswitch.models.commands import evaluate_cmd, train_cmd  # noqa: E402
+
+cli.add_command(dataset)
+cli.add_command(train_cmd)
+cli.add_command(evaluate_cmd)
+
+
 def main() -> None:
     try:
         cli(standalone_mode=False)

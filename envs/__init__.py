@@ -1,1 +1,34 @@
-"""envs (filled in by a later issue)."""
+"""The Gymnasium environment: CCA switching as replay over captured traces.
+
+* ``features.py`` -- the observation (numpy only; the daemon builds the same vectors)
+* ``reward.py``    -- paper 002's reward plus fairness and switching cost; its evaluation function
+* ``replay.py``    -- the corpus as per-condition arrays and the transition rules
+* ``cc_env.py``    -- ``CongestionControlEnv`` (spaces documented there)
+
+Importing this package registers ``ENV_ID`` with Gymnasium when Gymnasium is
+installed (the ``train`` extra)::
+
+    import gymnasium as gym
+    import ccswitch.envs
+    env = gym.make(ccswitch.envs.ENV_ID)             # the shipped sample corpus
+    env = gym.make(ccswitch.envs.ENV_ID, corpus="path/to/corpus", split="train")
+"""
+
+from __future__ import annotations
+
+ENV_ID = "ccswitch/CongestionControl-v0"
+ENTRY_POINT = "ccswitch.envs.cc_env:CongestionControlEnv"
+
+
+def register() -> bool:
+    """Register ENV_ID with Gymnasium (idempotent); False when Gymnasium is not installed."""
+    try:
+        import gymnasium
+    except ImportError:
+        return False
+    if ENV_ID not in gymnasium.registry:
+        gymnasium.register(id=ENV_ID, entry_point=ENTRY_POINT)
+    return True
+
+
+register()

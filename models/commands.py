@@ -1,0 +1,128 @@
+"""``ccswitch train`` and ``ccswitch evaluate`` (registered on the main CLI in ccswitch/cli.py).
+
+Only click is imported here; TensorFlow is imported by ``train`` when it runs
+and never by ``evaluate`` (the policy file runs on numpy).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from ccswitch.datasets.commands import fail
+
+__all__ = ["evaluate_cmd", "train_cmd"]
+
+
+@click.command("train")
+@click.option("--data", type=click.Path(exists=True, file_okay=False),
+              help="Corpus folder (default: the shipped sample, datasets/sample/).")
+@click.option("--out", type=click.Path(file_okay=False), help="Run folder (default: results/train-TIMESTAMP).")
+@click.option("--episodes", type=int, help="Training episodes (default 1000, paper 002).")
+@click.option("--seed", type=int, help="Random seed (default 1).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a hyperparameter (models/dqn.py Hyperparameters) or reward.KEY (envs/reward.py); "
+                   "repeatable, e.g. --set gamma=0.9 --set hidden_units=128,128 --set reward.w_fairness=1.")
+@click.option("--export", "export_to", type=click.Path(dir_okay=False),
+              help="Also copy the exported policy file here.")
+@click.option("--no-plots", is_flag=True, help="Skip the training plots.")
+@click.option("--no-tensorboard", is_flag=True, help="Skip the TensorBoard logs.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def train_cmd(data: str | None, out: str | None, episodes: int | None, seed: int | None, overrides: tuple[str, ...],
+              export_to: str | None, no_plots: bool, no_tensorboard: bool, quiet: bool) -> None:
+    """Train the DQN on a corpus; writes the policy file, logs, history and plots (paper 002 figs 17-19)."""
+    import shutil
+
+    from .dqn import Hyperparameters, apply_overrides, train
+
+    extra = [*([f"episodes={episodes}"] if episodes is not None else []),
+             *([f"seed={seed}"] if seed is not None else []), *overrides]
+    hp = apply_overrides(Hyperparameters(), extra)
+    out_dir = Path(out) if out else Path("results") / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
+    res = train(hp, data, out_dir, progress=not quiet, plots=not no_plots, tensorboard=not no_tensorboard,
+                log=lambda m: click.echo(m, err=True))
+    if export_to:
+        Path(export_to).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(res.policy_path, export_to)
+    click.echo(f"policy:      {export_to or res.policy_path}")
+    click.echo(f"history:     {res.out_dir / 'history.csv'}")
+    if not no_plots:
+        click.echo(f"plots:       {res.out_dir / 'plots'}/training_{{reward,loss,accuracy}}.png")
+    if not no_tensorboard:
+        click.echo(f"tensorboard: .venv/bin/tensorboard --logdir {res.out_dir / 'tensorboard'}")
+
+
+@click.command("evaluate")
+@click.argument("policy", required=False, type=click.Path(dir_okay=False))
+@click.option("--data", type=click.Path(exists=True, file_okay=False),
+              help="Corpus folder (default: the one the policy was trained on, else the shipped sample).")
+@click.option("--split", type=click.Choice(["test", "train", "all"]), default="test", show_default=True,
+              help="Conditions to evaluate on: the policy's held-out ones (test), its training ones, or all.")
+@click.option("--out", type=click.Path(file_okay=False), help="Folder for evaluation.{md,json}, episodes.csv, "
+                                                              "evaluation.png (default: results/eval-TIMESTAMP).")
+@click.option("--no-plot", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+def evaluate_cmd(policy: str | None, data: str | None, split: str, out: str | None, no_plot: bool,
+                 as_json: bool) -> None:
+    """Evaluate POLICY (default: the shipped models/policy.json) on held-out traces.
+
+    Compares cumulative reward and accuracy against paper 002's evaluation
+    function with each static CCA, the evaluation function used as a policy,
+    and a random policy.
+    """
+    from dataclasses import asdict
+
+    from ccswitch.envs.cc_env import CongestionControlEnv
+    from ccswitch.envs.replay import DEFAULT_CORPUS, ReplayCorpus
+    from ccswitch.envs.reward import RewardConfig
+
+    from .evaluate import evaluate, markdown_table, summarise, write_results
+    from .policy import load_policy
+
+    pol = load_policy(policy)
+    tr = pol.training or {}
+    corpus = data or _trained_on(tr.get("corpus")) or DEFAULT_CORPUS
+    replay = ReplayCorpus.load(corpus, actions=pol.actions, window=pol.window, log=lambda m: click.echo(m, err=True))
+    if abs(replay.interval_s - pol.interval_s) > 1e-9:
+        fail(f"{corpus}: sampled every {replay.interval_s:g} s, the policy decides every {pol.interval_s:g} s")
+    ids = replay.ids()
+    if split != "all":
+        train_ids = [c for c in tr.get("train_conditions", []) if c in replay.conditions]
+        test_ids = [c for c in tr.get("test_conditions", []) if c in replay.conditions]
+        if not train_ids and not test_ids:  # another corpus: all of it is held out
+            test_ids = ids
+        ids = test_ids if split == "test" else train_ids
+        if not ids:
+            fail(f"{corpus}: none of the policy's {split} conditions is in this corpus (use --split all)")
+    env = CongestionControlEnv(replay, conditions=ids, reward_config=RewardConfig.from_dict(tr.get("reward")),
+                               normalisation=pol.normalisation, start="first")
+    episodes = evaluate(env, q_fn=pol.q_values)
+    stats = summarise(episodes)
+    out_dir = Path(out) if out else Path("results") / f"eval-{time.strftime('%Y%m%d-%H%M%S')}"
+    meta = {"policy": str(pol.path), "checksum": pol.checksum, "corpus": str(corpus), "split": split,
+            "conditions": ids, "reward": env.reward_config.as_dict()}
+    write_results(out_dir, episodes, stats, meta)
+    if not no_plot:
+        from .plots import evaluation_plot
+
+        evaluation_plot(stats, out_dir / "evaluation.png",
+                        title=f"{Path(str(pol.path)).name} on {len(ids)} {split} conditions of {Path(corpus).name}")
+    if as_json:
+        click.echo(json.dumps({"meta": meta, "policies": [asdict(s) for s in stats]}, indent=2))
+    else:
+        click.echo(f"{pol.path} on {len(ids)} {split} condition(s) of {corpus}:")
+        click.echo(markdown_table(stats), nl=False)
+        click.echo(f"results: {out_dir}")
+
+
+def _trained_on(corpus: str | None) -> Path | None:
+    """The policy's training corpus, if it is here (relative paths: to the repository root)."""
+    if not corpus:
+        return None
+    p = Path(corpus)
+    if not p.is_absolute():
+        p = Path(__file__).resolve().parent.parent / p
+    return p if p.is_dir() else None

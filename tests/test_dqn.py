@@ -1,0 +1,193 @@
+"""DQN: learns on a small fixture, the exported policy reproduces TensorFlow, policy-file errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ccswitch.datasets.synthetic import make_corpus
+from ccswitch.envs.cc_env import CongestionControlEnv
+from ccswitch.envs.features import OBS_DIM, Normalisation, feature_names
+from ccswitch.envs.replay import ReplayCorpus
+from ccswitch.models.dqn import Hyperparameters, apply_overrides
+from ccswitch.models.evaluate import evaluate, summarise
+from ccswitch.models.policy import DEFAULT_POLICY, PolicyError, _checksum, load_policy, save_policy
+
+# A short run on 6 synthetic conditions (2 held out); ~1000 environment steps.
+FAST = ["episodes=120", "learning_starts=200", "target_update_interval=100", "exploration_fraction=0.6",
+        "eval_interval=0", "seed=3"]
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_corpus(tmp_path_factory.mktemp("syn") / "corpus", n_conditions=6, duration_s=16, seed=1)
+
+
+@pytest.fixture(scope="module")
+def trained(corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> object:
+    from ccswitch.models.dqn import train
+
+    hp = apply_overrides(Hyperparameters(), FAST)
+    return train(hp, corpus_dir, tmp_path_factory.mktemp("run"), progress=False, plots=True, tensorboard=True,
+                 log=lambda m: None)
+
+
+def test_training_beats_a_random_policy_on_held_out_conditions(trained: object, corpus_dir: Path) -> None:
+    pol = load_policy(trained.policy_path)
+    replay = ReplayCorpus.load(corpus_dir)
+    env = CongestionControlEnv(replay, conditions=pol.training["test_conditions"], normalisation=pol.normalisation,
+                               start="first")
+    stats = {s.policy: s for s in summarise(evaluate(env, q_fn=pol.q_values, seed=3))}
+    dqn, rnd = stats["dqn"], stats["random"]
+    assert dqn.reward_mean > rnd.reward_mean + 5.0, (dqn, rnd)
+    assert dqn.accuracy > 0.8 > rnd.accuracy
+    # the training curve went up: last 30 episodes vs the first 30
+    h = trained.history["reward"]
+    assert np.mean(h[-30:]) > np.mean(h[:30])
+
+
+def test_training_writes_logs_plots_and_history(trained: object) -> None:
+    out = trained.out_dir
+    for name in ("policy.json", "config.json", "history.csv", "plots/training_reward.png",
+                 "plots/training_loss.png", "plots/training_accuracy.png"):
+        assert (out / name).is_file(), name
+    assert any((out / "tensorboard").iterdir())
+    lines = (out / "history.csv").read_text().splitlines()
+    assert lines[0] == "episode,reward,loss,accuracy,epsilon,steps" and len(lines) == 121
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["hyperparameters"]["gamma"] == 0.95 and cfg["hyperparameters"]["hidden_units"] == [64, 64]
+
+
+def test_exported_policy_reproduces_tensorflow() -> None:
+    import keras
+
+    from ccswitch.models.dqn import build_q_network
+
+    keras.utils.set_random_seed(7)
+    model = build_q_network(OBS_DIM, 3, Hyperparameters())
+    rng = np.random.default_rng(0)
+    for layer in model.layers:  # non-trivial biases too
+        k, b = layer.get_weights()
+        layer.set_weights([k, rng.normal(0, 0.5, b.shape).astype(np.float32)])
+    x = rng.uniform(-10, 10, (512, OBS_DIM)).astype(np.float32)
+    want = model(x, training=False).numpy()
+    w = model.get_weights()
+    path = Path(pytest.importorskip("tempfile").mkdtemp()) / "p.json"
+    save_policy(path, kernels=w[0::2], biases=w[1::2], actions=("cubic", "bbr", "pcc"), features=feature_names(),
+                normalisation=Normalisation.identity())
+    got = load_policy(path).q_values(x)
+    assert np.max(np.abs(got - want)) < 1e-5
+    assert (load_policy(path).act(x) == want.argmax(axis=1)).mean() > 0.99
+
+
+def _valid_doc(tmp_path: Path) -> tuple[Path, dict]:
+    rng = np.random.default_rng(1)
+    ks = [rng.normal(size=(OBS_DIM, 8)).astype(np.float32), rng.normal(size=(8, 3)).astype(np.float32)]
+    bs = [np.zeros(8, np.float32), np.zeros(3, np.float32)]
+    path = tmp_path / "policy.json"
+    save_policy(path, kernels=ks, biases=bs, actions=("cubic", "bbr", "pcc"), features=feature_names(),
+                normalisation=Normalisation.identity())
+    return path, json.loads(path.read_text())
+
+
+def _write(path: Path, doc: dict, *, fix_checksum: bool = True) -> None:
+    if fix_checksum:
+        doc["checksum"] = _checksum(doc)
+    path.write_text(json.dumps(doc))
+
+
+def test_policy_file_errors(tmp_path: Path) -> None:
+    path, doc = _valid_doc(tmp_path)
+    assert load_policy(path).n_features == OBS_DIM
+    # wrong version
+    _write(path, {**doc, "version": 2})
+    with pytest.raises(PolicyError, match=r"policy\.json: policy format version 2 is not supported"):
+        load_policy(path)
+    # checksum: one weight changed after export
+    bad = json.loads(json.dumps(doc))
+    data = bad["network"]["layers"][0]["bias"]["data"]
+    bad["network"]["layers"][0]["bias"]["data"] = ("B" if data[0] != "B" else "C") + data[1:]
+    _write(path, bad, fix_checksum=False)
+    with pytest.raises(PolicyError, match=r"policy\.json: checksum mismatch \(file says sha256:"):
+        load_policy(path)
+    # wrong feature count: a list one longer than the first layer
+    more = json.loads(json.dumps(doc))
+    more["features"]["names"].append("w4.extra")
+    _write(path, more)
+    with pytest.raises(PolicyError, match=r"wrong feature count: the file lists 31 features but its first layer "
+                                          r"takes 30"):
+        load_policy(path)
+    # a consistent file for another feature set (31 inputs) than this ccswitch builds (30)
+    rng = np.random.default_rng(2)
+    save_policy(path, kernels=[rng.normal(size=(31, 3)).astype(np.float32)], biases=[np.zeros(3, np.float32)],
+                actions=("cubic", "bbr", "pcc"), features=[*feature_names(), "extra"],
+                normalisation=Normalisation.identity())
+    with pytest.raises(PolicyError, match=r"wrong feature count: the policy takes 31 features, this ccswitch "
+                                          r"builds 30"):
+        load_policy(path)
+    path.write_text("{")
+    with pytest.raises(PolicyError, match=r"policy\.json: not a readable policy file"):
+        load_policy(path)
+    with pytest.raises(PolicyError, match=r"nothere\.json: no such file"):
+        load_policy(tmp_path / "nothere.json")
+
+
+def test_daemon_path_never_imports_tensorflow(trained: object, corpus_dir: Path) -> None:
+    """Load the policy, build observations from flow samples and decide: numpy only."""
+    sample = next(corpus_dir.rglob("samples.parquet"))
+    code = (
+        "import sys\n"
+        "import pyarrow.parquet as pq\n"
+        "from ccswitch.envs.features import ObservationBuilder\n"
+        "from ccswitch.models.policy import load_policy\n"
+        f"p = load_policy({str(trained.policy_path)!r})\n"
+        f"table = pq.read_table({str(sample)!r})\n"
+        "ids, obs = ObservationBuilder(p.normalisation).update(table.slice(0, 2))\n"
+        "print(p.decide(obs))\n"
+        "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules\n"
+    )
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.strip().startswith("[")
+
+
+@pytest.mark.skipif(not DEFAULT_POLICY.is_file(), reason="no shipped policy yet")
+def test_shipped_policy_loads_and_documents_itself() -> None:
+    p = load_policy()
+    assert p.actions == ("cubic", "bbr", "pcc") and p.feature_names == tuple(feature_names())
+    tr = p.training
+    assert tr["hyperparameters"]["episodes"] >= 1000 and tr["test_conditions"] and tr["heldout_eval"]
+    assert (DEFAULT_POLICY.parent / "MODEL_CARD.md").is_file()
+
+
+def test_overrides() -> None:
+    hp = apply_overrides(Hyperparameters(), ["gamma=0.9", "hidden_units=128,32", "reward.w_fairness=1"])
+    assert hp.gamma == 0.9 and hp.hidden_units == (128, 32) and hp.reward.w_fairness == 1.0
+    with pytest.raises(ValueError, match="unknown hyperparameter"):
+        apply_overrides(hp, ["gama=0.9"])
+    with pytest.raises(ValueError, match="unknown reward setting"):
+        apply_overrides(hp, ["reward.w_fair=1"])
+    with pytest.raises(ValueError, match="gamma must be in"):
+        apply_overrides(hp, ["gamma=1.5"])
+
+
+def test_cli_train_and_evaluate(corpus_dir: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ccswitch.cli import cli
+
+    runner = CliRunner()
+    res = runner.invoke(cli, ["train", "--data", str(corpus_dir), "--out", str(tmp_path / "run"), "--episodes", "5",
+                              "--set", "learning_starts=10", "--quiet", "--no-plots", "--no-tensorboard",
+                              "--export", str(tmp_path / "p.json")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "p.json").is_file()
+    res = runner.invoke(cli, ["evaluate", str(tmp_path / "p.json"), "--out", str(tmp_path / "ev")])
+    assert res.exit_code == 0, res.output
+    assert "| dqn |" in res.output and "| static:cubic |" in res.output and "| evalfn |" in res.output
+    assert (tmp_path / "ev" / "evaluation.png").is_file() and (tmp_path / "ev" / "episodes.csv").is_file()

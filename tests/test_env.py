@@ -1,0 +1,211 @@
+"""The Gymnasium env: checker, replay of recorded samples, reward formula, seeding, features."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import ccswitch.envs
+from ccswitch.datasets.synthetic import make_corpus
+from ccswitch.datasets.trace import find_captures
+from ccswitch.envs.cc_env import CongestionControlEnv
+from ccswitch.envs.features import (
+    OBS_DIM,
+    Normalisation,
+    ObservationBuilder,
+    base_features,
+    competition_features,
+    feature_names,
+)
+from ccswitch.envs.replay import DEFAULT_CORPUS, ReplayCorpus, split_conditions
+from ccswitch.envs.reward import RewardConfig, eval_scores, evaluation_choice, reward
+
+DURATION = 12
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_corpus(tmp_path_factory.mktemp("syn") / "corpus", n_conditions=4, duration_s=DURATION)
+
+
+@pytest.fixture(scope="module")
+def replay(corpus_dir: Path) -> ReplayCorpus:
+    return ReplayCorpus.load(corpus_dir)
+
+
+def make_env(replay: ReplayCorpus, **kw: object) -> CongestionControlEnv:
+    return CongestionControlEnv(replay, **kw)
+
+
+def test_env_checker_passes(replay: ReplayCorpus) -> None:
+    env = make_env(replay)
+    check_env(env, skip_render_check=True)
+    assert env.observation_space.shape == (OBS_DIM,) == (30,)
+    assert env.action_space.n == 3 and env.actions == ("cubic", "bbr", "pcc")
+    assert env.feature_names == feature_names()
+
+
+def test_registered_id(corpus_dir: Path) -> None:
+    env = gym.make(ccswitch.envs.ENV_ID, corpus=str(corpus_dir), split="train")
+    obs, info = env.reset(seed=3)
+    assert env.observation_space.contains(obs) and info["condition"] in env.unwrapped.train_ids
+    env.close()
+
+
+def test_replay_returns_the_recorded_next_sample(replay: ReplayCorpus, corpus_dir: Path) -> None:
+    """Read the capture's Parquet directly and compare with what the env hands out."""
+    env = make_env(replay, start="first")
+    cond = replay.ids()[0]
+    obs, info = env.reset(seed=0, options={"condition": cond, "start_cca": "cubic"})
+    k = info["bin"]
+    obs, _r, _term, _trunc, info = env.step(env.actions.index("pcc"))
+    assert info["bin"] == k + 1 and info["cca"] == "pcc" and info["switched"]
+    cap = next(c for c in find_captures(corpus_dir) if c.id == info["trace"])
+    assert cap.manifest["arm"]["start"] == "pcc" or cap.manifest["arm"]["switches"]
+    t = pq.read_table(cap.path / "samples.parquet").to_pylist()
+    agent = cap.agent_flow()["flow_id"]
+    ts = cap.manifest["t0_epoch"] + (k + 2) * cap.interval_s  # bin k+1 ends at t0 + (k+2) dt
+    row = next(x for x in t if x["flow_id"] == agent and abs(x["ts_s"] - ts) < 1e-6)
+    assert row["cca"] == "pcc"
+    assert info["throughput_mbps"] == pytest.approx(row["throughput_bps"] / 1e6)
+    assert info["rtt_ms"] == pytest.approx(row["rtt_us"] / 1e3)
+    expected = env.normalisation.apply(base_features({c: np.array([row[c]]) for c in row}))[0]
+    assert obs[18:24] == pytest.approx(expected.astype(np.float32), abs=1e-6)  # the newest window slot
+    assert list(obs[24:27]) == [0.0, 0.0, 1.0]  # one-hot: pcc
+
+
+def test_staying_keeps_the_trace_and_a_recorded_switch_is_used(replay: ReplayCorpus) -> None:
+    env = make_env(replay, start="first")
+    cond = replay.ids()[1]
+    _, info = env.reset(seed=0, options={"condition": cond, "start_cca": "cubic"})
+    trace0 = info["trace"]
+    mid = DURATION // 2
+    while info["bin"] < mid - 1:
+        _, _, _, _, info = env.step(0)
+        assert info["trace"] == trace0 and not info["switched"]
+    _, _, _, _, info = env.step(1)  # cubic -> bbr exactly when the switch arm switched
+    assert info["trace"].endswith(f"cubic-bbr@{mid:g}--s1")
+
+
+def test_reward_matches_the_formula_by_hand() -> None:
+    cfg = RewardConfig()
+    r, terms = reward(cfg, throughput_mbps=20.0, rtt_ms=10.0, loss=0.01, jain=0.8, switched=True)
+    by_hand = 0.5 * math.log(20) - 0.25 * math.log(10) - 0.25 * math.log(0.01) + 2.0 * (0.8 - 1) - 0.1
+    assert r == pytest.approx(by_hand)
+    assert terms["fairness"] == pytest.approx(-0.4) and terms["switch"] == -0.1
+    # floors: zero loss -> 0.1 %, sub-millisecond RTT -> 1 ms, starvation -> 0.1 Mbit/s
+    r0, _ = reward(cfg, throughput_mbps=0.0, rtt_ms=0.05, loss=0.0)
+    assert r0 == pytest.approx(0.5 * math.log(0.1) - 0.0 - 0.25 * math.log(1e-3))
+    cfg2 = RewardConfig(fairness="thratio", w_fairness=1.0, w_switch=0.0)
+    r2, t2 = reward(cfg2, throughput_mbps=5.0, rtt_ms=2.0, loss=0.1, thratio=0.25)
+    assert t2["fairness"] == pytest.approx(-abs(math.log(0.25)))
+    assert r2 == pytest.approx(0.5 * math.log(5) - 0.25 * math.log(2) - 0.25 * math.log(0.1) - math.log(4))
+    with pytest.raises(ValueError, match="fairness"):
+        RewardConfig(fairness="max-min")
+
+
+def test_env_reward_is_the_formula_on_the_replayed_interval(replay: ReplayCorpus) -> None:
+    cfg = RewardConfig(w_switch=0.3)
+    env = make_env(replay, reward_config=cfg)
+    _, info = env.reset(seed=5)
+    for a in (0, 1, 1, 2):
+        prev = info.get("cca")
+        _obs, r, _term, trunc, info = env.step(a)
+        expected, _ = reward(cfg, throughput_mbps=info["throughput_mbps"], rtt_ms=info["rtt_ms"], loss=info["loss"],
+                             jain=info["jain"], switched=env.actions[a] != prev)
+        assert r == pytest.approx(expected)
+        if trunc:
+            break
+
+
+def test_seeded_episodes_are_reproducible(replay: ReplayCorpus) -> None:
+    def rollout(seed: int) -> list[tuple[float, str]]:
+        env = make_env(replay)
+        env.action_space.seed(seed)
+        obs, info = env.reset(seed=seed)
+        out = [(float(obs.sum()), info["trace"])]
+        while True:
+            obs, r, term, trunc, info = env.step(env.action_space.sample())
+            out.append((r, info["trace"]))
+            if term or trunc:
+                return out
+
+    assert rollout(11) == rollout(11)
+    assert rollout(11) != rollout(12)
+
+
+def test_evaluation_function_and_oracle() -> None:
+    s = eval_scores([10.0, 20.0, 15.0], [5.0, 10.0, 5.0], [0.0, 0.01, 0.0])
+    assert s == pytest.approx([0.7 * 0.5 + 0.2 + 0.1, 0.7 + 0.2 * 0.5 + 0.0, 0.7 * 0.75 + 0.2 + 0.1])
+    assert evaluation_choice(s, current=0) == 2  # 0.825 > 0.8: latency and loss outweigh 25 % throughput
+    assert evaluation_choice(np.array([1.0, 1.0, 0.5]), current=1) == 1  # ties keep the current CCA
+
+
+def test_oracle_prefers_the_good_cca_of_the_synthetic_corpus(replay: ReplayCorpus) -> None:
+    env = make_env(replay, start="first")
+    for cid in replay.ids():
+        good = cid.rsplit("-", 1)[1]
+        _, info = env.reset(seed=0, options={"condition": cid, "start_cca": "cubic"})
+        assert env.actions[info["oracle_action"]] == good
+
+
+def test_split_is_deterministic_and_disjoint() -> None:
+    ids = [f"c{i}" for i in range(10)]
+    train, test = split_conditions(ids, 0.25)
+    assert len(test) == 3 and not set(train) & set(test) and sorted(train + test) == ids
+    assert split_conditions(list(reversed(ids)), 0.25) == (train, test)
+    assert split_conditions(["a"], 0.5) == (["a"], [])
+
+
+def test_observation_builder_matches_the_env(replay: ReplayCorpus, corpus_dir: Path) -> None:
+    """The daemon's builder, fed the capture's rows, produces the env's observation."""
+    env = make_env(replay, start="first")
+    cid = replay.ids()[2]
+    obs, info = env.reset(seed=0, options={"condition": cid, "start_cca": "bbr"})
+    cap = next(c for c in find_captures(corpus_dir) if c.id == info["trace"])
+    table = cap.samples()
+    builder = ObservationBuilder(env.normalisation)
+    ts = table.column("ts_s").to_numpy()
+    t0, dt = cap.manifest["t0_epoch"], cap.interval_s
+    agent = cap.agent_flow()["flow_id"]
+    for k in range(info["bin"] + 1):
+        ids, got = builder.update(table.filter(np.abs(ts - (t0 + (k + 1) * dt)) < 1e-6))
+    mine = got[list(ids).index(agent)]
+    assert mine == pytest.approx(obs, abs=1e-5)
+
+
+def test_competition_features() -> None:
+    thr = np.array([10.0, 30.0, 5.0, 1.0])
+    ctx = competition_features(thr, np.array([1, 1, 2, 2]), np.array([True, True, True, False]))
+    assert ctx[0] == pytest.approx([0.25, 0.25, (40**2) / (2 * (100 + 900))])
+    assert ctx[2] == pytest.approx([0.0, 1.0, 1.0])  # alone among active flows of host 2
+    assert ctx[3] == pytest.approx([0.25, 1 / 6, 36 / (2 * 26)])  # inactive: computed as if active
+
+
+def test_normalisation_clips_and_ignores_nan() -> None:
+    raw = np.array([[1.0, np.nan, 0, 0, 0, 0], [3.0, 2.0, 0, 0, 0, 0]])
+    n = Normalisation.fit(raw)
+    assert n.mean[0] == pytest.approx(2.0) and n.mean[1] == pytest.approx(2.0)
+    z = n.apply(np.array([[1e9, np.nan, 0, 0, 0, 0]]))
+    assert z[0, 0] == n.clip and z[0, 1] == 0.0
+
+
+@pytest.mark.skipif(not (DEFAULT_CORPUS / "corpus.json").is_file(), reason="sample corpus not built")
+def test_default_env_replays_the_shipped_sample() -> None:
+    env = gym.make(ccswitch.envs.ENV_ID)
+    obs, _ = env.reset(seed=0)
+    total, n = 0.0, 0
+    while True:
+        obs, r, term, trunc, _info = env.step(env.action_space.sample())
+        total += r
+        n += 1
+        assert env.observation_space.contains(obs) and math.isfinite(r)
+        if term or trunc:
+            break
+    assert n >= 5
