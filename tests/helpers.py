@@ -32,6 +32,9 @@ def ss_info(ns: str, sport: int) -> dict[str, str | float]:
     m = re.search(r"\brtt:([\d.]+)/([\d.]+)", out)
     if m:
         info["rtt_ms"] = float(m.group(1))
+    m = re.search(r"\bminrtt:([\d.]+)", out)
+    if m:
+        info["minrtt_ms"] = float(m.group(1))
     m = re.search(r"\bcwnd:(\d+)", out)
     if m:
         info["cwnd"] = float(m.group(1))
