@@ -70,6 +70,9 @@ class Hyperparameters:
     """Environment steps between target-network updates."""
     tau: float = 1.0
     """Target update weight (1.0 = hard copy, as in the original DQN)."""
+    double_dqn: bool = False
+    """Double DQN targets: the online net picks the next action, the target net values it
+    (van Hasselt et al. 2016).  Off by default: paper 002 uses DQN."""
     epsilon_start: float = 1.0
     """Exploration rate at the first episode."""
     epsilon_end: float = 0.05
@@ -270,7 +273,11 @@ def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus |
     @tf.function(input_signature=[obs_spec, tf.TensorSpec([None], tf.int32), vec_spec, obs_spec, vec_spec])
     def train_step(obs: Any, actions: Any, rewards: Any, next_obs: Any, dones: Any) -> Any:
         # TD target from the target network: r + gamma * max_a' Q_target(s', a') (no bootstrap at a terminal)
-        next_q = tf.reduce_max(target_network(next_obs, training=False), axis=1)
+        if hp.double_dqn:
+            best = tf.argmax(q_network(next_obs, training=False), axis=1, output_type=tf.int32)
+            next_q = tf.gather(target_network(next_obs, training=False), best, batch_dims=1)
+        else:
+            next_q = tf.reduce_max(target_network(next_obs, training=False), axis=1)
         td_target = rewards + hp.gamma * next_q * (1.0 - dones)
         with tf.GradientTape() as tape:
             q_taken = tf.gather(q_network(obs, training=True), actions, batch_dims=1)
