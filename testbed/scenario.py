@@ -9,7 +9,8 @@ A scenario is a TOML file (examples in ``testbed/scenarios/``)::
     repetitions = 1                      # runs; seeds default to 1..repetitions
     seeds = [1]                          # one per repetition (the emulator's random seed)
     sample_interval_s = 1.0              # monitor and iperf3 interval, >= 0.1
-    daemon = false                       # the switching daemon on the clients (issue 5)
+    daemon = false                       # the switching daemon ccswitchd on every client (or a
+                                         # [daemon] table below: on, with settings)
 
     [link]                               # maps 1:1 onto linkemu's config (testbed/linkemu/README.md);
     emulator = "linkemu"                 # fields left out take linkemu's defaults.  Or "kernel":
@@ -42,6 +43,16 @@ A scenario is a TOML file (examples in ``testbed/scenarios/``)::
     cca = "cubic"
     inherit = "limited"                  # or "full"
 
+    [daemon]                             # optional: ccswitchd in each client namespace (= daemon on)
+    policy = "dqn"                       # dqn (the shipped policy), heuristic (paper 002's evaluation
+                                         # function), static, observe (decide and log, never switch)
+    tick_s = 0.2                         # the daemon's control tick
+    inherit = "limited"                  # inheritance mode of its switches ("limited" or "full")
+    cca = "cubic"                        # policy = "static": the CCA every managed flow is put on
+    clients = [1, 2]                     # clients that run it (default: every client with a flow)
+    guard = { min_dwell_s = 2.0 }        # overrides of the daemon's [guard] table (daemon/ defines
+                                         # the keys; checked by the daemon's own config validator)
+
     [capture]                            # optional
     tshark = true                        # pcapng of the server's veth (headers only)
     snaplen = 96
@@ -65,12 +76,14 @@ __all__ = [
     "BASE_CPORT",
     "BASE_PORT",
     "DAEMON_AVAILABLE",
+    "DAEMON_POLICIES",
     "EMULATORS",
     "AccessDelay",
     "Aggregation",
     "BernoulliLoss",
     "Capture",
     "Codel",
+    "DaemonSettings",
     "Dist",
     "Flow",
     "GilbertLoss",
@@ -87,9 +100,12 @@ __all__ = [
     "parse_scenario",
 ]
 
-DAEMON_AVAILABLE = False
-"""Flip to True when the switching daemon (issue 5) fills in
-:func:`ccswitch.testbed.runner.daemon_session`."""
+DAEMON_AVAILABLE = True
+"""The switching daemon (issue 5) runs in the client namespaces
+(:func:`ccswitch.testbed.runner.daemon_session`)."""
+DAEMON_POLICIES = ("dqn", "heuristic", "static", "observe")
+DAEMON_TICK_S = 0.2
+"""Default control tick of ccswitchd in the testbed (the daemon's own default)."""
 EMULATORS = ("linkemu", "kernel")
 INHERIT_MODES = ("limited", "full")
 BASE_PORT = 5201
@@ -297,6 +313,24 @@ class Switch:
 
 
 @dataclass(frozen=True)
+class DaemonSettings:
+    """ccswitchd in the client namespaces (scenario ``daemon = true`` or ``[daemon]``)."""
+
+    policy: str = "dqn"
+    tick_s: float = DAEMON_TICK_S
+    inherit: str = "limited"
+    cca: str | None = None
+    """The choice of ``policy = "static"``."""
+    clients: tuple[int, ...] = ()
+    """Clients running the daemon; empty: every client with a flow."""
+    guard: tuple[tuple[str, Any], ...] = ()
+    """Overrides of the daemon config's ``[guard]`` table, as (key, value) pairs."""
+
+    def runs_on(self, client: int) -> bool:
+        return not self.clients or client in self.clients
+
+
+@dataclass(frozen=True)
 class Capture:
     tshark: bool = True
     snaplen: int = 96
@@ -315,7 +349,8 @@ class Scenario:
     repetitions: int = 1
     seeds: tuple[int, ...] = (1,)
     sample_interval_s: float = 1.0
-    daemon: bool = False
+    daemon: DaemonSettings | None = None
+    """None: no daemon (static CCAs plus the scripted switches)."""
     capture: Capture = field(default_factory=Capture)
     source: Path | None = None
     text: str = ""
@@ -685,6 +720,49 @@ def _switches(rows: list[Any], flows: Sequence[Flow], ccas: Sequence[str], err: 
     return sorted(out, key=lambda s: s.at_s)
 
 
+def _daemon(top: _Table, clients: int, ccas: Sequence[str], err: _Err) -> DaemonSettings | None:
+    """``daemon = true|false`` or a ``[daemon]`` table (the daemon on, with settings)."""
+    raw = top.data.get("daemon", False)
+    if isinstance(raw, bool):
+        top.boolean("daemon", False)
+        if raw and not DAEMON_AVAILABLE:
+            err("daemon", "the switching daemon is not available here; set daemon = false")
+        return DaemonSettings() if raw else None
+    if not isinstance(raw, dict):
+        err("daemon", f"must be true, false or a table ([daemon] with settings), got {_tname(raw)} {raw!r}")
+    t = top.table("daemon")
+    assert t is not None
+    policy = t.string("policy", "dqn", choices=DAEMON_POLICIES) or "dqn"
+    tick = float(t.number("tick_s", DAEMON_TICK_S, lo=0.1, hi=10.0) or DAEMON_TICK_S)
+    inherit = t.string("inherit", "limited", choices=INHERIT_MODES) or "limited"
+    cca = t.string("cca")
+    if cca is not None and cca not in ccas:
+        err(t.here("cca"), f"unknown congestion control {cca!r} (available: {', '.join(ccas)})")
+    if policy == "static" and cca is None:
+        err(t.here("cca"), 'missing: policy = "static" needs the CCA to put every flow on (e.g. cca = "cubic")')
+    if policy != "static" and cca is not None:
+        err(t.here("cca"), f'only used with policy = "static" (policy is {policy!r}); remove it')
+    on = t.array("clients")
+    if not all(isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= clients for c in on):
+        err(t.here("clients"), f"must be an array of client numbers 1..{clients}, got {on!r}")
+    if len(set(on)) != len(on):
+        err(t.here("clients"), f"lists a client twice: {on!r}")
+    guard: list[tuple[str, Any]] = []
+    if (gt := t.table("guard")) is not None:
+        for key, v in gt.data.items():
+            gt.used.add(key)
+            if not re.match(r"^[a-z][a-z0-9_]*$", key):
+                err(gt.here(key), "is not a valid key (lower-case letters, digits, '_')")
+            if isinstance(v, dict | list):
+                err(gt.here(key), f"must be a number, boolean or string, got {_tname(v)}")
+            guard.append((key, v))
+    t.done()
+    if not DAEMON_AVAILABLE:
+        err("daemon", "the switching daemon is not available here; remove the [daemon] table")
+    return DaemonSettings(policy=policy, tick_s=tick, inherit=inherit, cca=cca,
+                          clients=tuple(sorted(int(c) for c in on)), guard=tuple(guard))
+
+
 def default_ccas() -> list[str]:
     """CCAs a scenario may use here: the kernel's list plus ccswitch's BPF PCC."""
     from ccswitch.host import available_ccas
@@ -724,10 +802,7 @@ def parse_scenario(text: str, where: str = "scenario", *, base_dir: Path | None 
                      default=1)
     clients = int(top.integer("clients", max(1, max_client), lo=1, hi=MAX_CLIENTS) or 1)
 
-    daemon = top.boolean("daemon", False)
-    if daemon and not DAEMON_AVAILABLE:
-        err("daemon", "the switching daemon is not available yet (issue 5); set daemon = false "
-                      "and script switches with [[switches]]")
+    daemon = _daemon(top, clients, ccas, err)
 
     repetitions = top.integer("repetitions", None, lo=1, hi=1000)
     seeds_raw = top.raw("seeds")
