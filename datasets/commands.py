@@ -136,6 +136,25 @@ def corpus_cmd(spec: str, out: str, backend: str | None, only: str | None, keep_
                      log=lambda m: click.echo(m, err=True))
     except CaptureError as e:
         fail(e)
+    from .card import template_for, write_card
+
+    if template_for(out).is_file():
+        click.echo(f"dataset card: {write_card(out)}", err=True)
+
+
+@dataset.command("card")
+@click.argument("corpus", type=click.Path(exists=True, file_okay=False))
+@click.option("--template", type=click.Path(exists=True, dir_okay=False),
+              help="Card template with @KEY@ placeholders (default: datasets/specs/<corpus name>.card.md).")
+def card_cmd(corpus: str, template: str | None) -> None:
+    """Recompute the dataset card's numbers (size, rows, per-condition table, ...) into CORPUS/README.md."""
+    from .card import write_card
+    from .trace import TraceError
+
+    try:
+        click.echo(str(write_card(corpus, template)))
+    except (TraceError, KeyError) as e:
+        fail(e.args[0] if isinstance(e, KeyError) else e)
 
 
 @dataset.command("validate")
