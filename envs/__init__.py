@@ -5,16 +5,21 @@
 * ``replay.py``    -- the corpus as per-condition arrays and the transition rules
 * ``cc_env.py``    -- ``CongestionControlEnv`` (spaces documented there)
 
-Importing this package registers ``ENV_ID`` with Gymnasium when Gymnasium is
-installed (the ``train`` extra)::
+Registration with Gymnasium (the ``train`` extra) is lazy, so that the daemon,
+which imports ``features`` only, never imports Gymnasium: ``ENV_ID`` is
+registered when this package is imported after Gymnasium, when ``cc_env`` is
+imported, or by :func:`register`::
 
     import gymnasium as gym
-    import ccswitch.envs
+    import ccswitch.envs                             # after gymnasium: registers
     env = gym.make(ccswitch.envs.ENV_ID)             # the shipped sample corpus
     env = gym.make(ccswitch.envs.ENV_ID, corpus="path/to/corpus", split="train")
+    env = gym.make("ccswitch.envs.cc_env:ccswitch/CongestionControl-v0")   # any order
 """
 
 from __future__ import annotations
+
+import sys
 
 ENV_ID = "ccswitch/CongestionControl-v0"
 ENTRY_POINT = "ccswitch.envs.cc_env:CongestionControlEnv"
@@ -31,4 +36,5 @@ def register() -> bool:
     return True
 
 
-register()
+if "gymnasium" in sys.modules:
+    register()

@@ -46,6 +46,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from . import register
 from .features import CLIP, Normalisation, assemble, feature_names, obs_dim
 from .replay import Condition, ReplayCorpus
 from .reward import RewardConfig, eval_scores, evaluation_choice, reward
@@ -248,3 +249,6 @@ class CongestionControlEnv(gym.Env):
         if terms is not None:
             info["reward_terms"] = terms
         return info
+
+
+register()  # gymnasium is imported now (envs/__init__.py: registration is lazy)
