@@ -231,8 +231,13 @@ def _quiet_tensorflow() -> None:
 
 def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus | None = None,
           out_dir: str | Path | None = None, *, progress: bool = True, plots: bool = True,
-          tensorboard: bool = True, log: Callable[[str], None] = print) -> TrainResult:
-    """Train on *corpus* (default: the shipped sample), write everything to *out_dir*, export the policy."""
+          tensorboard: bool = True, log: Callable[[str], None] = print,
+          split: tuple[Sequence[str], Sequence[str]] | None = None) -> TrainResult:
+    """Train on *corpus* (default: the shipped sample), write everything to *out_dir*, export the policy.
+
+    *split*: explicit (training, held-out) condition ids instead of hp.test_fraction's split
+    (models/crossval.py uses it for folds of the training conditions).
+    """
     hp = hp or Hyperparameters()
     _check(hp)
     _quiet_tensorflow()
@@ -247,10 +252,17 @@ def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus |
     out.mkdir(parents=True, exist_ok=True)
 
     replay = corpus if isinstance(corpus, ReplayCorpus) else ReplayCorpus.load(corpus, log=log)
-    env = CongestionControlEnv(replay, split="train", test_fraction=hp.test_fraction, reward_config=hp.reward,
-                               start=hp.start, max_steps=hp.max_episode_steps or None)
-    eval_env = CongestionControlEnv(replay, split="test" if env.test_ids else "train",
-                                    test_fraction=hp.test_fraction, reward_config=hp.reward,
+    if split is None:
+        train_ids, test_ids = replay.split(hp.test_fraction)
+    else:
+        train_ids, test_ids = sorted(split[0]), sorted(split[1])
+        if not train_ids or set(train_ids) & set(test_ids):
+            raise ValueError("split: need training conditions, disjoint from the held-out ones")
+    env = CongestionControlEnv(replay, conditions=train_ids, reward_config=hp.reward, start=hp.start,
+                               max_steps=hp.max_episode_steps or None,
+                               normalisation=replay.fit_normalisation(train_ids))
+    env.train_ids, env.test_ids = train_ids, test_ids
+    eval_env = CongestionControlEnv(replay, conditions=test_ids or train_ids, reward_config=hp.reward,
                                     normalisation=env.normalisation, start="first")
     obs_dim, n_actions = env.observation_space.shape[0], int(env.action_space.n)
     log(f"corpus {replay.source}: {len(env.train_ids)} training conditions, {len(env.test_ids)} held out; "
