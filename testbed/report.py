@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ccswitch.metrics import jain_index, nanmean, starvation, thratio, throughput_ratios
@@ -113,8 +114,7 @@ def load_run(run_dir: Path) -> RunData:
         name = ids.get(r["flow_id"])
         if name is None:
             continue
-        mid = r["ts_s"] - t0 - r["interval_s"] / 2
-        k = math.floor(mid / dt) + 1  # grid interval [(k-1) dt, k dt] holding the row's midpoint
+        k = grid_bin(r["ts_s"], r["interval_s"], t0, dt)
         if k < 1 or (k - 1) * dt >= dur:
             continue
         by_flow[name].setdefault(k, []).append(r)
@@ -137,6 +137,30 @@ def load_run(run_dir: Path) -> RunData:
             s.sent.append(r["sent_segs"])
         series[name] = s
     return RunData(run_dir, summary, meta["flows"], series, _phases(meta["phase_bounds_s"]))
+
+
+def grid_bin(ts_s: float, interval_s: float, t0_epoch: float, dt: float) -> int:
+    """Grid interval k (covering [(k-1) dt, k dt] after t0) that holds a row's midpoint."""
+    return math.floor((ts_s - t0_epoch - interval_s / 2) / dt) + 1
+
+
+def rebin_samples(table: pa.Table, t0_epoch: float, dt: float) -> pa.Table:
+    """FlowSample rows of any tick (the daemon's 200 ms) -> one row per flow and grid interval.
+
+    The same rule the report applies when it reads a run (:func:`load_run`):
+    a row belongs to the grid interval holding its midpoint, and the rows of
+    one interval are merged by :func:`_merge` (rates weighted by time, counts
+    summed, state at the end).  So a run sampled by the daemon's ticks and a
+    run sampled by the in-process monitor at the scenario's interval give
+    per-interval metrics computed the same way.
+    """
+    if table.num_rows == 0:
+        return table
+    bins: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for r in table.to_pylist():
+        bins.setdefault((r["flow_id"], grid_bin(r["ts_s"], r["interval_s"], t0_epoch, dt)), []).append(r)
+    rows = [_merge(bins[key]) for key in sorted(bins, key=lambda k: (k[1], k[0]))]
+    return pa.Table.from_pylist(rows, schema=table.schema)
 
 
 def _merge(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -480,8 +504,6 @@ def merge_runs(out: Path, parts: Sequence[Path]) -> Path:
     clocks must agree (NTP) to well under the sample interval.
     """
     import shutil
-
-    import pyarrow as pa
 
     if len(parts) < 2:
         raise ValueError("give at least two run folders to merge")

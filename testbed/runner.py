@@ -55,6 +55,7 @@ import pyarrow.parquet as pq
 
 from ccswitch.schema import FLOW_SAMPLE_SCHEMA
 
+from .daemons import START_TIMEOUT_S, DaemonError, DaemonProcess, daemon_running
 from .iperf import IperfError, IperfFlow, IperfServer, start_flow, start_server
 from .netns import cleanup_leftovers, entered, nsenter_argv
 from .scenario import Flow, Scenario, Switch
@@ -104,16 +105,18 @@ class External:
 
 
 @contextlib.contextmanager
-def daemon_session(client_ns: str | None, scenario: Scenario) -> Iterator[None]:
-    """Hook for issue 5: run the switching daemon on one client while the run lasts.
+def daemon_session(client: int, client_ns: str | None, scenario: Scenario, flows: Sequence[Flow],
+                   run_dir: Path) -> Iterator[DaemonProcess]:
+    """ccswitchd in one client's namespace (None = this host, external mode) while the run lasts.
 
-    Called once per client namespace (None = this host, external mode) when
-    ``daemon = true``, inside the namespace's monitor set-up.  To fill it in:
-    start the daemon here (e.g. ``popen_in(client_ns, ["ccswitchd", ...])``),
-    ``yield``, stop it, and set ``scenario.DAEMON_AVAILABLE = True``.
+    Config, socket, record and decisions as testbed/daemons.py describes,
+    under ``run_dir/daemon/C<client>/``; stopped with SIGTERM (SIGKILL on
+    timeout) when the block ends, also through an exception.
     """
-    raise NotImplementedError("the switching daemon is not available yet (issue 5)")
-    yield  # pragma: no cover
+    assert scenario.daemon is not None
+    with daemon_running(f"C{client}", client_ns, scenario.daemon, flows,
+                        run_dir / "daemon" / f"C{client}") as d:
+        yield d
 
 
 # ------------------------------------------------------------------ clock ---
@@ -176,7 +179,7 @@ class ClientMonitor(threading.Thread):
             from ccswitch.dataplane import DataPlane
 
             ns_ctx = entered(self.ns) if self.ns else contextlib.nullcontext()
-            with ns_ctx, DataPlane() as dp, self._daemon():
+            with ns_ctx, DataPlane() as dp:
                 self.pcc_source = dp.pcc.source if dp.pcc else None
                 dp.sample()  # baseline counters
                 self.ready.set()
@@ -189,11 +192,6 @@ class ClientMonitor(threading.Thread):
             self.error = e
         finally:
             self.ready.set()
-
-    def _daemon(self) -> contextlib.AbstractContextManager[None]:
-        if self.scenario.daemon:
-            return daemon_session(self.ns, self.scenario)
-        return contextlib.nullcontext()
 
     def _loop(self, dp: Any) -> None:
         t0, dt = self.clock.t0, self.interval_s
@@ -270,6 +268,109 @@ class ClientMonitor(threading.Thread):
         if not self.tables:
             return FLOW_SAMPLE_SCHEMA.empty_table()
         return pa.concat_tables(self.tables)
+
+
+class DaemonClient(threading.Thread):
+    """ccswitchd in one client namespace, in place of the in-process monitor.
+
+    The daemon owns the namespace's data plane (one instance per namespace),
+    samples every tick and decides; this thread starts and stops it, sends
+    the scripted switches through its socket (a manual override the guard
+    respects) and afterwards turns its record into the run's samples:
+    the iperf3 data flows' rows, re-binned onto the scenario's interval by
+    :func:`ccswitch.testbed.report.rebin_samples`.  Same interface as
+    :class:`ClientMonitor` for the runner.
+    """
+
+    def __init__(self, client: int, ns: str | None, flows: Sequence[Flow], switches: Sequence[Switch],
+                 interval_s: float, clock: Clock, scenario: Scenario, run_dir: Path) -> None:
+        super().__init__(name=f"daemon-C{client}", daemon=True)
+        self.client, self.ns, self.flows = client, ns, list(flows)
+        self.switches = sorted(switches, key=lambda s: s.at_s)
+        self.interval_s, self.clock, self.scenario, self.run_dir = interval_s, clock, scenario, run_dir
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        self.flow_ids: dict[int, int] = {}  # cport -> flow_id
+        self.switch_log: list[dict[str, Any]] = []
+        self.pcc_source: str | None = "ccswitchd"
+        self.process: DaemonProcess | None = None
+        self.exit_code: int | None = None
+        self._by_cport = {f.cport: f for f in self.flows}
+        self._record: pa.Table | None = None
+
+    def run(self) -> None:
+        try:
+            with daemon_session(self.client, self.ns, self.scenario, self.flows, self.run_dir) as d:
+                self.process = d
+                self.ready.set()
+                while not self.clock.started.wait(0.05):
+                    if self.clock.stop.is_set():
+                        return
+                self._loop(d)
+            self.exit_code = d.returncode
+            self._record = self._data_rows(d.record())
+        except BaseException as e:  # reported by the main thread
+            self.error = e
+        finally:
+            self.ready.set()
+
+    def _loop(self, d: DaemonProcess) -> None:
+        pending = list(self.switches)
+        while True:
+            wake = self.clock.t0 + pending[0].at_s if pending else math.inf
+            if self.clock.stop.wait(max(0.0, min(0.5, wake - time.monotonic()))):
+                return
+            if not d.alive:
+                raise DaemonError(f"ccswitchd of C{self.client} exited with {d.proc.returncode if d.proc else '?'} "
+                                  f"during the run: {d.log_tail()}")
+            while pending and time.monotonic() >= self.clock.t0 + pending[0].at_s - 1e-4:
+                self._switch(d, pending.pop(0))
+
+    def _switch(self, d: DaemonProcess, sw: Switch) -> None:
+        flow = self.scenario.flow(sw.flow)
+        entry: dict[str, Any] = {"at_s": sw.at_s, "t_s": round(self.clock.elapsed(), 4), "flow": flow.name,
+                                 "client": self.client, "cca": sw.cca, "inherit": sw.inherit, "via": "ccswitchd"}
+        fid = socket_cookie(self.ns, flow.cport, flow.port)
+        if fid is None:
+            entry.update(ok=False, error=f"flow {flow.name} (local port {flow.cport}) is not running")
+        else:
+            entry["flow_id"] = fid
+            entry.update(d.switch(fid, sw.cca))
+        entry["t_done_s"] = round(self.clock.elapsed(), 4)
+        self.switch_log.append(entry)
+
+    def _data_rows(self, table: pa.Table) -> pa.Table:
+        """The record's rows of the iperf3 data flows (local port = cport, remote port = port)."""
+        cports = pa.array(sorted(self._by_cport), pa.uint16())
+        table = table.filter(pc.is_in(table["sport"], value_set=cports))
+        keep = []
+        for i, (fid, sport, dport) in enumerate(zip(table["flow_id"].to_pylist(), table["sport"].to_pylist(),
+                                                    table["dport"].to_pylist(), strict=True)):
+            if dport == self._by_cport[sport].port:
+                keep.append(i)
+                self.flow_ids.setdefault(sport, fid)
+        return table.take(pa.array(keep, pa.int64())).select(list(FLOW_SAMPLE_SCHEMA.names))
+
+    def snapshot(self) -> dict[str, tuple[str, float]]:
+        return {}
+
+    def samples(self) -> pa.Table:
+        from .report import rebin_samples
+
+        if self._record is None or self._record.num_rows == 0:
+            return FLOW_SAMPLE_SCHEMA.empty_table()
+        return rebin_samples(self._record, self.clock.t0_epoch, self.interval_s).cast(FLOW_SAMPLE_SCHEMA)
+
+
+def socket_cookie(ns: str | None, cport: int, port: int) -> int | None:
+    """Socket cookie (the flow id of ccswitch) of the TCP connection cport -> port, via ``ss -e``."""
+    argv = ["ss", "-tnHe", "state", "established", "sport", "=", f":{cport}", "dport", "=", f":{port}"]
+    cp = subprocess.run(nsenter_argv(ns, argv) if ns else argv, capture_output=True, text=True, check=False,
+                        timeout=10.0)
+    for tok in cp.stdout.split():
+        if tok.startswith("sk:"):
+            return int(tok[3:], 16)
+    return None
 
 
 # ----------------------------------------------------------------- tshark ---
@@ -429,10 +530,6 @@ def run_scenario(sc: Scenario, out_dir: Path | None = None, *, external: Externa
 def run_once(sc: Scenario, run_dir: Path, *, seed: int = 1, label: str = "run",
              external: External | None = None, progress: bool = True) -> dict[str, Any]:
     """One run of *sc* into *run_dir* (raw outputs and summary.json; no tables or plots)."""
-    if sc.daemon:
-        # Validation rejects it while the daemon does not exist; the hook raises too.
-        with daemon_session(None, sc):
-            pass
     if external is None and os.geteuid() != 0:
         raise RunError("the namespace testbed needs root (network namespaces, BPF); rerun with sudo")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -454,9 +551,13 @@ def run_once(sc: Scenario, run_dir: Path, *, seed: int = 1, label: str = "run",
         "switches": [{"at_s": s.at_s, "flow": s.flow, "cca": s.cca, "inherit": s.inherit}
                      for s in sc.switches if any(f.name == s.flow for f in flows)],
         "host": {"kernel": platform.release(), "python": platform.python_version()},
+        "daemon": None if sc.daemon is None else {
+            "policy": sc.daemon.policy, "tick_s": sc.daemon.tick_s, "inherit": sc.daemon.inherit,
+            "cca": sc.daemon.cca, "guard": dict(sc.daemon.guard),
+            "clients": [c for c in clients if sc.daemon.runs_on(c)]},
     }
     results: dict[str, dict[str, Any]] = {}
-    monitors: list[ClientMonitor] = []
+    monitors: list[ClientMonitor | DaemonClient] = []
     t_wall = time.monotonic()
     with contextlib.ExitStack() as stack:
         if external is None:
@@ -464,7 +565,7 @@ def run_once(sc: Scenario, run_dir: Path, *, seed: int = 1, label: str = "run",
         else:
             server_addr, client_ns, servers = external.server_addr, dict.fromkeys(clients), {}
             meta["topology"] = {"server_addr": server_addr, "clients_here": clients}
-        monitors = _start_monitors(sc, flows, client_ns, clock, stack)
+        monitors = _start_monitors(sc, flows, client_ns, clock, stack, run_dir)
         meta["pcc"] = {f"C{m.client}": m.pcc_source for m in monitors}
         if external is not None and external.start_at is not None:
             wait = external.start_at - time.time()
@@ -493,7 +594,7 @@ def run_once(sc: Scenario, run_dir: Path, *, seed: int = 1, label: str = "run",
     switch_log = sorted((e for m in monitors for e in m.switch_log), key=lambda e: e["at_s"])
     (run_dir / "switches.json").write_text(json.dumps(switch_log, indent=2, default=str) + "\n")
     summary = {"meta": meta, "iperf3": results, "switches": switch_log, "emulator": emu_summary,
-               "wall_time_s": round(time.monotonic() - t_wall, 2)}
+               "daemons": _daemon_summary(monitors, clock), "wall_time_s": round(time.monotonic() - t_wall, 2)}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     failed = [e for e in switch_log if not e.get("ok")]
     prog.done(f"done in {summary['wall_time_s']:.0f} s -> {run_dir}"
@@ -520,9 +621,9 @@ def _netns_side(sc: Scenario, flows: Sequence[Flow], run_dir: Path, seed: int, m
 
 
 def _start_monitors(sc: Scenario, flows: Sequence[Flow], client_ns: dict[int, str | None], clock: Clock,
-                    stack: contextlib.ExitStack) -> list[ClientMonitor]:
-    """One monitor thread per client, started one after the other (PCC registers once)."""
-    monitors: list[ClientMonitor] = []
+                    stack: contextlib.ExitStack, run_dir: Path) -> list[ClientMonitor | DaemonClient]:
+    """One monitor thread (or ccswitchd) per client, started one after the other (PCC registers once)."""
+    monitors: list[ClientMonitor | DaemonClient] = []
 
     def stop_all() -> None:
         clock.stop.set()
@@ -533,17 +634,22 @@ def _start_monitors(sc: Scenario, flows: Sequence[Flow], client_ns: dict[int, st
     for client, ns in client_ns.items():
         mine = [f for f in flows if f.client == client]
         names = {f.name for f in mine}
-        m = ClientMonitor(client, ns, mine, [s for s in sc.switches if s.flow in names],
-                          sc.sample_interval_s, clock, sc)
+        sw = [s for s in sc.switches if s.flow in names]
+        m: ClientMonitor | DaemonClient
+        if sc.daemon is not None and sc.daemon.runs_on(client):
+            m = DaemonClient(client, ns, mine, sw, sc.sample_interval_s, clock, sc, run_dir)
+        else:
+            m = ClientMonitor(client, ns, mine, sw, sc.sample_interval_s, clock, sc)
         monitors.append(m)
         m.start()
-        if not m.ready.wait(30.0) or m.error is not None:
-            raise RunError(f"monitor for client {client} did not start: {m.error or 'timeout'}")
+        if not m.ready.wait(START_TIMEOUT_S + 15.0) or m.error is not None:
+            what = "ccswitchd" if isinstance(m, DaemonClient) else "monitor"
+            raise RunError(f"{what} for client {client} did not start: {m.error or 'timeout'}")
     return monitors
 
 
 def _drive(sc: Scenario, flows: Sequence[Flow], client_ns: dict[int, str | None], server_addr: str,
-           clock: Clock, monitors: Sequence[ClientMonitor], prog: Progress) -> dict[str, IperfFlow]:
+           clock: Clock, monitors: Sequence[ClientMonitor | DaemonClient], prog: Progress) -> dict[str, IperfFlow]:
     """Start the flows on schedule, show progress, wait for them; return the iperf3 handles."""
     pending = sorted(flows, key=lambda f: f.start_s)
     started: dict[str, IperfFlow] = {}
@@ -605,7 +711,25 @@ def _save_server(srv: IperfServer, path: Path) -> None:
     path.write_text(srv.stdout())
 
 
-def _flows_table(flows: Sequence[Flow], monitors: Sequence[ClientMonitor], run: str,
+def _daemon_summary(monitors: Sequence[ClientMonitor | DaemonClient], clock: Clock) -> dict[str, Any]:
+    """Per daemon client: exit code, files, and its decisions counted by verdict and by switch."""
+    out: dict[str, Any] = {}
+    for m in monitors:
+        if not isinstance(m, DaemonClient) or m.process is None:
+            continue
+        d = m.process
+        decisions = d.decisions()
+        out[f"C{m.client}"] = {
+            "exit_code": m.exit_code, "killed": d.killed,
+            "files": {k: str(p.relative_to(m.run_dir)) for k, p in
+                      (("config", d.config_path), ("record", d.record_path), ("decisions", d.decisions_path),
+                       ("log", d.log_path))},
+            "decisions": len(decisions),
+        }
+    return out
+
+
+def _flows_table(flows: Sequence[Flow], monitors: Sequence[ClientMonitor | DaemonClient], run: str,
                  client_ns: dict[int, str | None]) -> pa.Table:
     ids: dict[int, int] = {}
     for m in monitors:

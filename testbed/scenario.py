@@ -759,8 +759,14 @@ def _daemon(top: _Table, clients: int, ccas: Sequence[str], err: _Err) -> Daemon
     t.done()
     if not DAEMON_AVAILABLE:
         err("daemon", "the switching daemon is not available here; remove the [daemon] table")
-    return DaemonSettings(policy=policy, tick_s=tick, inherit=inherit, cca=cca,
-                          clients=tuple(sorted(int(c) for c in on)), guard=tuple(guard))
+    settings = DaemonSettings(policy=policy, tick_s=tick, inherit=inherit, cca=cca,
+                              clients=tuple(sorted(int(c) for c in on)), guard=tuple(guard))
+    from .daemons import check_settings  # the daemon's own config validator (daemon/config.py)
+
+    for problem in check_settings(settings):  # "guard.margin: must be >= 0, got -1.0"
+        key, _, msg = problem.partition(": ")
+        err(f"daemon.{key}" if key.startswith("guard.") and msg else "daemon", msg if msg else problem)
+    return settings
 
 
 def default_ccas() -> list[str]:

@@ -1,0 +1,294 @@
+"""ccswitchd in a client namespace of a testbed run: config, process, records.
+
+For every client with the daemon on, the runner (testbed/runner.py) does::
+
+    daemon/C<n>/ccswitchd.toml     config written here from the scenario's [daemon] table:
+                                   tick, policy, inheritance, guard overrides, and the flows
+                                   to manage (the iperf3 data flows: their local ports)
+    nsenter --net=<client ns> -- ccswitchd --config ... --socket S --record R --decisions D
+                                   (new session; stdout/stderr -> daemon/C<n>/ccswitchd.log)
+    wait until S accepts a connection (the daemon holds the namespace's monitor then)
+    ... the run: scripted switches go through `ccswitch --socket S switch FLOW CCA` ...
+    SIGTERM; wait STOP_TIMEOUT_S; SIGKILL the session if it hangs (also on every error path)
+    daemon/C<n>/record.parquet     each tick's FlowSample rows (ccswitch/schema.py)
+    daemon/C<n>/decisions.jsonl    one JSON line per decision
+
+The socket lives in a short private directory (a UNIX socket path has at most
+107 bytes, run folders can be deeper) that is removed at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .netns import nsenter_argv
+from .scenario import DaemonSettings, Flow
+
+__all__ = ["DaemonError", "DaemonProcess", "daemon_config", "toml_text"]
+
+START_TIMEOUT_S = 30.0
+"""How long ccswitchd may take to load the policy, attach the monitor and open its socket."""
+STOP_TIMEOUT_S = 10.0
+"""How long ccswitchd may take to stop on SIGTERM (detach, flush the record) before SIGKILL."""
+KILL_TIMEOUT_S = 5.0
+CLI_TIMEOUT_S = 20.0
+"""A `ccswitch --socket` call (a Python start-up on a loaded machine plus the request)."""
+
+
+class DaemonError(RuntimeError):
+    """ccswitchd could not be started, reached or stopped (the message says which client)."""
+
+
+# ----------------------------------------------------------------- config ---
+
+
+def daemon_config(settings: DaemonSettings, flows: Sequence[Flow]) -> dict[str, Any]:
+    """The ccswitchd config (keys of daemon/config.py) for one client's *flows*.
+
+    The daemon manages only the iperf3 data flows (their local ports; the
+    iperf3 control connections go to the same server port) and logs every
+    decision, also the keeps, so a run can be explained afterwards.
+    """
+    policy: dict[str, Any] = {"kind": settings.policy}
+    if settings.policy == "static":
+        policy["static_cca"] = settings.cca
+    cfg: dict[str, Any] = {
+        "daemon": {"tick_s": settings.tick_s, "inherit": settings.inherit, "watchdog": False},
+        "policy": policy,
+        "flows": {"local_ports": sorted(f.cport for f in flows)},
+        "log": {"all_decisions": True},
+    }
+    if settings.guard:
+        cfg["guard"] = dict(settings.guard)
+    return cfg
+
+
+def check_settings(settings: DaemonSettings) -> list[str]:
+    """Problems the daemon's own validator (daemon/config.py) finds in the config of *settings*."""
+    try:
+        from ccswitch.daemon.config import ConfigError, parse_config
+    except ImportError:  # a daemon without a config module: it checks at start
+        return []
+    try:
+        parse_config(daemon_config(settings, []))
+    except ConfigError as e:
+        return list(e.problems)
+    return []
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a valid TOML basic string
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} {v!r} as a TOML value")
+
+
+def toml_text(cfg: Mapping[str, Any], header: str = "") -> str:
+    """Top-level scalars, then one ``[table]`` per dict (one level, as the config needs)."""
+    lines = [f"# {h}" for h in header.splitlines()]
+    for k, v in cfg.items():
+        if not isinstance(v, Mapping):
+            lines.append(f"{k} = {_toml_value(v)}")
+    for k, v in cfg.items():
+        if isinstance(v, Mapping):
+            lines += ["", f"[{k}]", *(f"{kk} = {_toml_value(vv)}" for kk, vv in v.items())]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- process ---
+
+
+def daemon_command() -> list[str]:
+    """The ccswitchd of this installation (the console script beside our Python)."""
+    exe = Path(sys.executable).parent / "ccswitchd"
+    if exe.is_file():
+        return [str(exe)]
+    return [sys.executable, "-c", "from ccswitch.daemon.main import main; main()"]
+
+
+def cli_command() -> list[str]:
+    exe = Path(sys.executable).parent / "ccswitch"
+    if exe.is_file():
+        return [str(exe)]
+    return [sys.executable, "-m", "ccswitch.cli"]
+
+
+class DaemonProcess:
+    """One ccswitchd in namespace *ns* (None: this process's namespace), files under *out_dir*."""
+
+    def __init__(self, label: str, ns: str | None, settings: DaemonSettings, flows: Sequence[Flow],
+                 out_dir: Path) -> None:
+        self.label, self.ns, self.settings, self.flows = label, ns, settings, list(flows)
+        self.out_dir = out_dir
+        self.config_path = out_dir / "ccswitchd.toml"
+        self.record_path = out_dir / "record.parquet"
+        self.decisions_path = out_dir / "decisions.jsonl"
+        self.log_path = out_dir / "ccswitchd.log"
+        self._sock_dir = ""
+        self.socket_path = ""
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self.returncode: int | None = None
+        self.killed = False
+
+    # -- start ----------------------------------------------------------------
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        cfg = daemon_config(self.settings, self.flows)
+        self.config_path.write_text(toml_text(cfg, f"ccswitchd config of {self.label}, written by the testbed runner"))
+        self._sock_dir = tempfile.mkdtemp(prefix="ccsd-")
+        self.socket_path = os.path.join(self._sock_dir, f"{self.label}.sock")
+        argv = [*daemon_command(), "--config", str(self.config_path), "--socket", self.socket_path,
+                "--record", str(self.record_path), "--decisions", str(self.decisions_path)]
+        if self.ns is not None:
+            argv = nsenter_argv(self.ns, argv)
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+                                     start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                self.returncode = self.proc.returncode
+                raise DaemonError(f"ccswitchd of {self.label} exited with {self.returncode} at start: "
+                                  f"{self.log_tail()}")
+            if self._connectable():
+                return
+            if time.monotonic() > deadline:
+                raise DaemonError(f"ccswitchd of {self.label} did not open its socket within {timeout_s:g} s: "
+                                  f"{self.log_tail()}")
+            time.sleep(0.05)
+
+    def _connectable(self) -> bool:
+        if not os.path.exists(self.socket_path):
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(1.0)
+            try:
+                s.connect(self.socket_path)
+            except OSError:
+                return False
+        return True
+
+    def log_tail(self, n: int = 400) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip()
+        except FileNotFoundError:
+            return "(no log)"
+        return " ".join(text[-n:].split()) or "(empty log)"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    # -- requests ------------------------------------------------------------
+
+    def cli(self, *args: str, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+        """``ccswitch --socket S ARGS`` (the socket is a path, reachable from any namespace)."""
+        return subprocess.run([*cli_command(), "--socket", self.socket_path, *args], capture_output=True,
+                              text=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL)
+
+    def switch(self, flow_id: int, cca: str) -> dict[str, Any]:
+        """Manual override through the daemon: ``ccswitch --socket S switch FLOW CCA --json``."""
+        try:
+            cp = self.cli("switch", str(flow_id), cca, "--json")
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "error": f"ccswitch switch did not answer within {CLI_TIMEOUT_S:g} s"}
+        if cp.returncode != 0:
+            return {"ok": False, "error": (cp.stderr.strip() or cp.stdout.strip() or f"exit {cp.returncode}")}
+        try:
+            out = json.loads(cp.stdout)
+        except ValueError:
+            return {"ok": True, "reply": cp.stdout.strip()}
+        if isinstance(out, dict):
+            out.setdefault("ok", True)
+            return out
+        return {"ok": True, "reply": out}
+
+    # -- stop ----------------------------------------------------------------
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM, then SIGKILL of its session after *timeout_s*; idempotent.  Returns the exit code."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    self.killed = True
+            # whatever is left in its session (also after a clean exit), then the daemon itself
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=KILL_TIMEOUT_S)
+            self.returncode = self.proc.returncode
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._sock_dir:
+            shutil.rmtree(self._sock_dir, ignore_errors=True)
+            self._sock_dir = ""
+        return self.returncode
+
+    def __enter__(self) -> DaemonProcess:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- outputs -------------------------------------------------------------
+
+    def record(self) -> pa.Table:
+        """The daemon's FlowSample rows (after :meth:`stop`)."""
+        if not self.record_path.is_file():
+            raise DaemonError(f"ccswitchd of {self.label} wrote no record ({self.record_path}): {self.log_tail()}")
+        try:
+            return pq.read_table(self.record_path)
+        except (OSError, pa.ArrowInvalid) as e:
+            how = "was killed (SIGKILL after SIGTERM timed out)" if self.killed else "did not close it"
+            raise DaemonError(f"ccswitchd of {self.label} {how}; its record {self.record_path} is "
+                              f"unreadable: {e}") from None
+
+    def decisions(self) -> list[dict[str, Any]]:
+        if not self.decisions_path.is_file():
+            return []
+        out = []
+        for line in self.decisions_path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+        return out
+
+
+@contextlib.contextmanager
+def daemon_running(label: str, ns: str | None, settings: DaemonSettings, flows: Sequence[Flow],
+                   out_dir: Path) -> Iterator[DaemonProcess]:
+    """Start ccswitchd, yield it, stop it on the way out (also on errors and Ctrl-C)."""
+    d = DaemonProcess(label, ns, settings, flows, out_dir)
+    with d:
+        yield d
