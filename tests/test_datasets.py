@@ -317,16 +317,34 @@ def test_runner_backend_scenarios_validate() -> None:
         assert sc.link.emulator == "linkemu" and sc.link.wifi is not None
 
 
-@pytest.mark.skipif(not (SAMPLE / "corpus.json").is_file(), reason="sample corpus not built")
-def test_shipped_sample_is_valid_and_small() -> None:
+def test_shipped_sample_is_valid_complete_and_small() -> None:
+    """The sample in the repository: every capture valid (checksums too), every condition has all
+    9 arms (3 static, 6 switches), under 20 MB."""
     caps = find_captures(SAMPLE)
     size = sum(p.stat().st_size for p in SAMPLE.rglob("*") if p.is_file())
     assert size < 20e6
-    assert len(caps) >= 100
-    for c in caps[:: max(1, len(caps) // 20)]:
+    index = json.loads((SAMPLE / "corpus.json").read_text())
+    assert len(caps) == index["runs_planned"] == index["runs_done"] == 288
+    arms: dict[str, set[str]] = {}
+    for c in caps:
         c.validate()
-        assert c.manifest["source"] in ("runner", "bottleneck")
-    assert (SAMPLE / "README.md").is_file()
+        assert c.manifest["source"] == "runner" and c.agent_flow() is not None
+        arm = c.manifest["arm"]
+        arms.setdefault(c.condition, set()).add(arm["start"] + "".join(f"-{s['cca']}" for s in arm["switches"]))
+    assert len(arms) == 32 and all(len(a) == 9 for a in arms.values()), arms
+
+
+def test_shipped_dataset_card_matches_the_data() -> None:
+    """datasets/sample/README.md is the template filled with numbers computed from the files now."""
+    from ccswitch.datasets.card import card_stats, render_card, template_for
+
+    tpl = template_for(SAMPLE)
+    assert tpl.name == "sample.card.md"
+    card = (SAMPLE / "README.md").read_text()
+    assert "@" not in card.replace("@12", "")  # no placeholder left ("@12" is an arm name)
+    assert card == render_card(tpl.read_text(), card_stats(SAMPLE)), "run: ccswitch dataset card datasets/sample"
+    with pytest.raises(KeyError, match=r"placeholder @NOPE@ has no value"):
+        render_card("x @NOPE@", {"SIZE": "1"})
 
 
 # ---------------------------------------------------------------- capture ---
