@@ -15,7 +15,13 @@ Per phase, over the flows: Jain's index and Thratio (flow A / flow B, paper
 including TCP/IP headers over the uplink rate) and starvation (a flow under
 10 % of its fair share for 5 s or more).
 
-Outputs: ``table.md`` (both tables), ``table.csv`` (per flow and phase),
+Over the last half of the run (issue 5's targets for the switching daemon,
+:func:`last_half`): each flow's share of the fair share (its mean goodput
+over the mean of all flows' mean goodputs; target >= 0.8 for every flow),
+Jain's index (>= 0.95), utilisation (>= 90 %) and the 95th percentile of the
+per-interval smoothed RTT of all flows, plus the switches the daemon made.
+
+Outputs: ``table.md`` (the tables), ``table.csv`` (per flow and phase),
 ``fairness.csv`` (per phase), ``plots/{throughput,rtt,jitter,loss}.png`` (over
 time with switch markers, and before/after box plots, like paper 002 figures
 5-16); the metrics also go into ``summary.json`` under ``"metrics"``.
@@ -42,6 +48,11 @@ __all__ = ["METRICS", "Phase", "RunData", "load_run", "merge_runs", "report_dir"
 
 STARVATION_SHARE = 0.1
 STARVATION_MIN_S = 5.0
+TARGET_MIN_SHARE = 0.8
+"""Issue 5: with the daemon every flow gets at least 80 % of its fair share over the last half."""
+TARGET_JAIN = 0.95
+TARGET_UTILISATION = 0.9
+RTT_PERCENTILE = 95.0
 METRICS = (  # key, label, unit, column of the per-interval series
     ("throughput", "Throughput", "Mbit/s", "goodput_mbps"),
     ("rtt", "RTT", "ms", "rtt_ms"),
@@ -309,6 +320,78 @@ def fairness_rows(run: RunData, rows: Sequence[dict[str, Any]]) -> list[dict[str
     return out
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile *q* (0-100) of the non-NaN *values* (NaN when none)."""
+    vals = sorted(v for v in values if not math.isnan(v))
+    if not vals:
+        return math.nan
+    pos = (len(vals) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(vals) - 1)
+    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+
+
+def cca_changes(run: RunData) -> dict[str, list[tuple[float, str, str]]]:
+    """Per flow, the CCA changes seen in the samples: (end of interval, from, to)."""
+    out: dict[str, list[tuple[float, str, str]]] = {}
+    for name, s in run.series.items():
+        out[name] = [(t, a, b) for t, a, b in zip(s.t_s[1:], s.cca, s.cca[1:], strict=False) if a != b]
+    return out
+
+
+def last_half(run: RunData) -> dict[str, Any]:
+    """Issue 5's target metrics over the last half of the run [duration/2, duration].
+
+    share_of_fair[flow] = mean goodput / mean over the flows of their mean
+    goodput (1 = exactly its fair share of what the flows got together);
+    utilisation = linkemu's uplink delivery rate over the uplink rate when the
+    run has linkemu statistics, else the flows' wire throughput over it;
+    rtt_p95_ms = 95th percentile of the per-interval smoothed RTT of all flows.
+    """
+    dt, dur = run.meta["sample_interval_s"], run.meta["duration_s"]
+    half = Phase(f"last half ({dur / 2:g}-{dur:g} s)", dur / 2, dur + dt)
+    times, _, wire = _grid(run)
+    per_flow = {}
+    rtts: list[float] = []
+    for f in run.flows:
+        s = run.series[f["name"]]
+        idx = _in_phase(s, half)
+        per_flow[f["name"]] = nanmean(s.goodput_mbps[i] for i in idx)
+        rtts += [s.rtt_ms[i] for i in idx]
+    names = [n for n, v in per_flow.items() if not math.isnan(v)]
+    vals = [per_flow[n] for n in names]
+    shares = dict(zip(names, throughput_ratios(vals), strict=True)) if vals else {}
+    missing = [n for n in per_flow if n not in shares]
+    for n in missing:  # a flow with no sample in the last half got nothing
+        shares[n] = 0.0
+    rate = run.meta.get("uplink_rate_mbit")
+    emu = emulator_phase_stats(run, [half])
+    if emu and (half.label, -1) in emu and rate:
+        util, util_src = emu[(half.label, -1)]["rate_mbit"] / rate, "linkemu"
+    else:
+        totals = [sum(wire[n][k] for n in wire if not math.isnan(wire[n][k]))
+                  for k, t in enumerate(times) if half.holds(t - dt / 2)]
+        util = nanmean(totals) / rate if rate and totals else math.nan
+        util_src = "samples"
+    min_flow = min(shares, key=lambda n: shares[n]) if shares else ""
+    jain = jain_index([*vals, *[0.0] * len(missing)]) if vals else math.nan
+    out = {
+        "window": half.label, "start_s": half.start_s, "end_s": dur,
+        "throughput_mbps": per_flow, "share_of_fair": shares,
+        "min_share": shares[min_flow] if shares else math.nan, "min_share_flow": min_flow,
+        "jain": jain, "utilisation": util, "utilisation_source": util_src,
+        "rtt_p95_ms": percentile(rtts, RTT_PERCENTILE),
+        "cca_changes": {n: [{"t_s": t, "from": a, "to": b} for t, a, b in ch] for n, ch in cca_changes(run).items()},
+    }
+    out["targets"] = {
+        "min_share": bool(out["min_share"] >= TARGET_MIN_SHARE),
+        "jain": bool(jain >= TARGET_JAIN),
+        "utilisation": bool(util >= TARGET_UTILISATION),
+    }
+    out["targets_met"] = all(out["targets"].values())
+    return out
+
+
 # ----------------------------------------------------------------- tables ---
 
 
@@ -324,15 +407,47 @@ def _starv_text(eps: Sequence[dict[str, Any]]) -> str:
     return ", ".join(f"{e['flow']} {e['start_s']:g}-{e['end_s']:g} s" for e in eps) or "none"
 
 
-def table_markdown(run: RunData, rows: Sequence[dict[str, Any]], fair: Sequence[dict[str, Any]]) -> str:
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def targets_markdown(run: RunData, lh: dict[str, Any]) -> list[str]:
+    """The result table of issue 5: last-half metrics against the targets."""
+    d = run.meta.get("daemon")
+    who = (f"ccswitchd ({d['policy']}) on client(s) {', '.join(str(c) for c in d['clients'])}" if d
+           else "no daemon (static CCAs and scripted switches)")
+    lines = [f"## Result over the {lh['window']}: {who}", "",
+             "| Flow | CCA (start -> end) | Throughput (Mbit/s) | Share of fair share | Switches |",
+             "|---|---|---:|---:|---:|"]
+    for f in run.flows:
+        s = run.series[f["name"]]
+        ccas = f"{s.cca[0]} -> {s.cca[-1]}" if s.cca else f["cca"]
+        lines.append(f"| {f['name']} | {ccas} | {_f(lh['throughput_mbps'].get(f['name']))} | "
+                     f"{_f(lh['share_of_fair'].get(f['name']))} | {len(lh['cca_changes'].get(f['name'], []))} |")
+    t = lh["targets"]
+    util = "-" if math.isnan(lh["utilisation"]) else f"{lh['utilisation'] * 100:.1f} %"
+    lines += ["", "| Metric | Value | Target | Met |", "|---|---:|---:|---|",
+              f"| minimum share of fair share | {_f(lh['min_share'])} ({lh['min_share_flow']}) | >= "
+              f"{TARGET_MIN_SHARE:g} | {_yes(t['min_share'])} |",
+              f"| Jain's index | {_f(lh['jain'], 3)} | >= {TARGET_JAIN:g} | {_yes(t['jain'])} |",
+              f"| utilisation ({lh['utilisation_source']}) | {util} | >= {TARGET_UTILISATION * 100:g} % | "
+              f"{_yes(t['utilisation'])} |",
+              f"| p95 RTT | {_f(lh['rtt_p95_ms'])} ms | - | - |", ""]
+    return lines
+
+
+def table_markdown(run: RunData, rows: Sequence[dict[str, Any]], fair: Sequence[dict[str, Any]],
+                   lh: dict[str, Any] | None = None) -> str:
     m = run.meta
     lines = [f"# {m['scenario']} / {m['run']}", ""]
     if m.get("description"):
         lines += [m["description"], ""]
     link = f"emulator {m['emulator']}" if m.get("emulator") else "external network"
     lines += [f"{len(run.flows)} flows, {m['duration_s']:g} s, sample interval {m['sample_interval_s']:g} s, "
-              f"{link}, uplink {_f(m.get('uplink_rate_mbit'), 0)} Mbit/s, seed {m['seed']}.", "",
-              "## Per client and phase (layout of paper 002, Table 5)", "",
+              f"{link}, uplink {_f(m.get('uplink_rate_mbit'), 0)} Mbit/s, seed {m['seed']}.", ""]
+    if lh is not None:
+        lines += targets_markdown(run, lh)
+    lines += ["## Per client and phase (layout of paper 002, Table 5)", "",
               "| Phase | Client (CCA) | Throughput (Mbit/s) | RTT (ms) | Jitter (ms) | Loss (%) |",
               "|---|---|---:|---:|---:|---:|"]
     for r in rows:
@@ -456,12 +571,13 @@ def report_run(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     run = load_run(run_dir)
     rows = flow_phase_rows(run)
     fair = fairness_rows(run, rows)
-    (run_dir / "table.md").write_text(table_markdown(run, rows, fair))
+    lh = last_half(run)
+    (run_dir / "table.md").write_text(table_markdown(run, rows, fair, lh))
     _write_csv(run_dir / "table.csv", rows)
     _write_csv(run_dir / "fairness.csv", fair)
     if plots:
         plot_run(run, run_dir / "plots")
-    metrics = {"per_flow_phase": rows, "fairness": fair}
+    metrics = {"per_flow_phase": rows, "fairness": fair, "last_half": lh}
     summary = dict(run.summary)
     summary["metrics"] = metrics
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
