@@ -1,0 +1,370 @@
+"""L4S-vs-Classic results of testbed runs through DualPI2: tables and paper-004-style plots.
+
+Input: run folders of the ``l4s-*`` scenarios (``ccswitch testbed run``; layout
+in testbed/runner.py).  A flow is **L4S** when it runs ``prague`` (it sits in
+DualPI2's L queue: DSCP 40), otherwise **Classic** (C queue).  Its RTT group
+is its client's base RTT plus the scenario's per-client extra delay.
+
+Phases are the stretches between flow starts and stops (paper 004's 20 s
+phases).  Per phase, over its last ``PHASE_S - SETTLE_S`` seconds (the first
+``SETTLE_S`` = 5 s after flows join or leave are a transient and left out):
+
+* per flow: mean goodput (payload acked, from the monitor's FlowSample rows,
+  1 s intervals), Mbit/s, and its share of the fair share = goodput /
+  (sum of all active flows' goodput / number of active flows);
+* per class: aggregate goodput, per-flow mean, and **L:C** = L4S per-flow mean
+  / Classic per-flow mean (paper 004 quotes it per class for one flow each:
+  1:6 with DCTCP, 9:1 with BBRv2 as L4S, for DualPI2);
+* Jain's index over the flows' mean goodputs; utilisation = sum of goodputs
+  (+ 52 bytes of TCP/IP headers per 1448-byte segment) / link rate;
+* per queue (L, C): sojourn time in DualPI2 from linkemu's per-class
+  intervals: mean weighted by packets, p90 = mean of the per-interval p90s,
+  max = max of the per-interval maxima, ms.
+
+Plots (``<out>/<scenario>.png``), the layout of paper 004 figures 3-4: top,
+total / L4S / Classic throughput with each class's fair share (dashed);
+middle, every flow's throughput with the per-flow fair share; bottom, L and
+C queue delay mean (solid), p90 (dashed), max (dotted), log scale.
+
+    .venv/bin/python testbed/l4s/report.py results/l4s-dyn-cubic/run-01-seed-1 ... \\
+        --out docs/l4s --md docs/l4s/results.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ccswitch.metrics import jain_index
+from ccswitch.testbed.report import load_run
+
+L4S_CCAS = ("prague",)
+SETTLE_S = 5.0
+"""Seconds after each phase boundary left out of the phase's means."""
+HEADER_FACTOR = 1500 / 1448
+"""IP bytes per goodput byte (1448-byte payload with timestamps, 52 bytes of headers)."""
+CLASSES = ("L4S", "Classic")
+QUEUE_OF = {"L4S": "l", "Classic": "c"}
+# linkemu intervals.csv columns of DualPI2's per-queue statistics (one row per
+# interval and direction, client = -1); see docs/l4s.md "## DualPI2 in linkemu".
+QUEUE_COLUMNS = {
+    "mean": "{q}_sojourn_mean_us",
+    "p90": "{q}_sojourn_p90_us",
+    "max": "{q}_sojourn_max_us",
+    "packets": "{q}_packets_out",
+}
+
+
+@dataclass
+class FlowInfo:
+    name: str
+    client: int
+    cca: str
+    start_s: float
+    end_s: float
+    klass: str
+    rtt_ms: float
+
+
+@dataclass
+class PhaseResult:
+    start_s: float
+    end_s: float
+    counts: dict[str, int]
+    flow_mbps: dict[str, float]
+    fair_mbps: float
+    class_mbps: dict[str, float]
+    per_flow_mbps: dict[str, float]
+    lc_ratio: float
+    jain: float
+    utilisation: float
+    delay_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    group_per_flow_mbps: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.counts['L4S']}-{self.counts['Classic']}"
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    run_dir: Path
+    rate_mbit: float
+    daemon: bool
+    flows: list[FlowInfo]
+    phases: list[PhaseResult]
+    t_s: list[float]
+    series: dict[str, list[float]]
+    queue: dict[str, dict[str, list[float]]]
+    queue_t_s: list[float]
+    switches: list[dict[str, Any]]
+
+
+def _scenario_text(run_dir: Path) -> dict[str, Any]:
+    import tomllib
+
+    return tomllib.loads((run_dir / "scenario.toml").read_text())
+
+
+def flow_infos(run_dir: Path, meta: dict[str, Any]) -> list[FlowInfo]:
+    sc = _scenario_text(run_dir)
+    link = sc.get("link", {})
+    base = float(link.get("uplink", {}).get("delay_ms", 0.0)) + float(link.get("downlink", {}).get("delay_ms", 0.0))
+    extra = link.get("client_delay_ms") or []
+    out = []
+    for f in meta["flows"]:
+        c = int(f["client"])
+        rtt = base + (float(extra[c - 1]) if c - 1 < len(extra) else 0.0)
+        out.append(FlowInfo(f["name"], c, f["cca"], float(f["start_s"]), float(f["start_s"]) + float(f["duration_s"]),
+                            "L4S" if f["cca"] in L4S_CCAS else "Classic", rtt))
+    return out
+
+
+def queue_series(run_dir: Path) -> tuple[list[float], dict[str, dict[str, list[float]]]]:
+    """Per-interval L/C sojourn statistics (ms) of the uplink bottleneck from intervals.csv."""
+    path = run_dir / "emulator" / "intervals.csv"
+    t: list[float] = []
+    out: dict[str, dict[str, list[float]]] = {q: {k: [] for k in QUEUE_COLUMNS} for q in ("l", "c")}
+    if not path.is_file():
+        return t, out
+    with path.open() as f:
+        rows = [r for r in csv.DictReader(f) if r.get("direction") == "uplink" and r.get("client") == "-1"]
+    if not rows or QUEUE_COLUMNS["mean"].format(q="l") not in rows[0]:
+        return [], out
+    for r in rows:
+        t.append(float(r["t_s"]))
+        for q in ("l", "c"):
+            for key, col in QUEUE_COLUMNS.items():
+                v = r.get(col.format(q=q), "")
+                x = float(v) if v not in ("", None) else math.nan
+                out[q][key].append(x if key == "packets" else x / 1000.0)
+    return t, out
+
+
+def _mean(xs: Sequence[float]) -> float:
+    xs = [x for x in xs if not math.isnan(x)]
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def analyse(run_dir: Path) -> RunResult:
+    data = load_run(run_dir)
+    meta = data.meta
+    flows = flow_infos(run_dir, meta)
+    rate = float(meta.get("uplink_rate_mbit") or math.nan)
+    dur = float(meta["duration_s"])
+    any_series = next(iter(data.series.values()))
+    t_s = list(any_series.t_s)
+    series = {name: list(s.goodput_mbps) for name, s in data.series.items()}
+    qt, queue = queue_series(run_dir)
+    bounds = sorted({0.0, dur, *(f.start_s for f in flows), *(min(f.end_s, dur) for f in flows)})
+    phases = []
+    for a, b in itertools.pairwise(bounds):
+        if b - a < 1.0:
+            continue
+        active = [f for f in flows if f.start_s <= a + 1e-6 and f.end_s >= b - 1e-6]
+        if not active:
+            continue
+        lo = a + min(SETTLE_S, (b - a) / 2)
+        idx = [i for i, t in enumerate(t_s) if lo < t - 0.5 < b]
+        flow_mbps = {f.name: _mean([series.get(f.name, [math.nan] * len(t_s))[i] for i in idx]) for f in active}
+        total = sum(v for v in flow_mbps.values() if not math.isnan(v))
+        counts = {k: sum(1 for f in active if f.klass == k) for k in CLASSES}
+        class_mbps = {k: sum(flow_mbps[f.name] for f in active if f.klass == k and not math.isnan(flow_mbps[f.name]))
+                      for k in CLASSES}
+        per_flow = {k: class_mbps[k] / counts[k] if counts[k] else math.nan for k in CLASSES}
+        groups: dict[str, list[float]] = {}
+        for f in active:
+            groups.setdefault(f"{f.klass} {f.rtt_ms:g} ms", []).append(flow_mbps[f.name])
+        ph = PhaseResult(
+            start_s=a, end_s=b, counts=counts, flow_mbps=flow_mbps, fair_mbps=total / len(active),
+            class_mbps=class_mbps, per_flow_mbps=per_flow,
+            lc_ratio=per_flow["L4S"] / per_flow["Classic"] if counts["L4S"] and counts["Classic"]
+            and per_flow["Classic"] > 0 else math.nan,
+            jain=jain_index([v for v in flow_mbps.values() if not math.isnan(v)]),
+            utilisation=total * HEADER_FACTOR / rate if rate == rate and rate > 0 else math.nan,
+            group_per_flow_mbps={g: _mean(v) for g, v in sorted(groups.items())},
+        )
+        if qt:
+            qi = [i for i, t in enumerate(qt) if lo < t - 0.5 < b]
+            for k in CLASSES:
+                q = queue[QUEUE_OF[k]]
+                pk = [q["packets"][i] for i in qi]
+                means = [q["mean"][i] for i in qi]
+                wsum = sum(p for p, m in zip(pk, means, strict=True) if p == p and m == m and p > 0)
+                wmean = (sum(p * m for p, m in zip(pk, means, strict=True) if p == p and m == m and p > 0) / wsum
+                         if wsum else math.nan)
+                maxes = [q["max"][i] for i in qi if q["max"][i] == q["max"][i]]
+                ph.delay_ms[k] = {"mean": wmean, "p90": _mean([q["p90"][i] for i in qi]),
+                                  "max": max(maxes) if maxes else math.nan}
+        phases.append(ph)
+    switches = []
+    sw_path = run_dir / "switches.json"
+    if sw_path.is_file():
+        switches = json.loads(sw_path.read_text())
+    daemon_dir = run_dir / "daemon"
+    return RunResult(meta["scenario"], run_dir, rate, daemon_dir.is_dir(), flows, phases, t_s, series, queue, qt,
+                     switches)
+
+
+# ------------------------------------------------------------------ output ---
+
+
+def _f(x: float, nd: int = 1) -> str:
+    return "-" if x != x else f"{x:.{nd}f}"
+
+
+def ratio_text(r: float) -> str:
+    """L:C as the paper writes it: 1:6 (Classic larger) or 4:1 (L4S larger)."""
+    if r != r or r <= 0:
+        return "-"
+    return f"1:{1 / r:.1f}" if r < 1 else f"{r:.1f}:1"
+
+
+def markdown(results: Sequence[RunResult]) -> str:
+    lines = []
+    for r in results:
+        lines += [f"#### {r.scenario}", "",
+                  "| phase (s) | L-C flows | L4S per flow | Classic per flow | L:C | Jain | util. "
+                  "| L delay mean / p90 / max (ms) | C delay mean / p90 / max (ms) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for p in r.phases:
+            dl, dc = p.delay_ms.get("L4S", {}), p.delay_ms.get("Classic", {})
+            lines.append(
+                f"| {p.start_s:g}-{p.end_s:g} | {p.label} | {_f(p.per_flow_mbps['L4S'])} | "
+                f"{_f(p.per_flow_mbps['Classic'])} | {ratio_text(p.lc_ratio)} | {_f(p.jain, 2)} | "
+                f"{_f(100 * p.utilisation, 0)} % | {_f(dl.get('mean', math.nan), 2)} / "
+                f"{_f(dl.get('p90', math.nan), 2)} / {_f(dl.get('max', math.nan), 1)} | "
+                f"{_f(dc.get('mean', math.nan), 2)} / {_f(dc.get('p90', math.nan), 2)} / "
+                f"{_f(dc.get('max', math.nan), 1)} |")
+        if any(len(p.group_per_flow_mbps) > 2 for p in r.phases):
+            groups = sorted({g for p in r.phases for g in p.group_per_flow_mbps})
+            lines += ["", "Per-flow mean goodput (Mbit/s) by class and RTT:", "",
+                      "| phase (s) | " + " | ".join(groups) + " | fair share |",
+                      "|---|" + "---|" * (len(groups) + 1)]
+            for p in r.phases:
+                lines.append(f"| {p.start_s:g}-{p.end_s:g} | "
+                             + " | ".join(_f(p.group_per_flow_mbps.get(g, math.nan)) for g in groups)
+                             + f" | {_f(p.fair_mbps)} |")
+        if r.daemon:
+            done = [s for s in r.switches if s.get("ok")]
+            lines += ["", f"Daemon switches: {len(done)}"
+                      + (" (" + ", ".join(f"{s.get('t_s', s.get('at_s', 0)):.0f} s {s['flow']}→{s['cca']}"
+                                          for s in done[:12]) + (" …" if len(done) > 12 else "") + ")"
+                         if done else "")]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(r: RunResult, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True, gridspec_kw={"height_ratios": [1, 1.3, 1]})
+    t = r.t_s
+    x = [ti - 0.5 for ti in t]
+    tot = [0.0] * len(t)
+    cls = {k: [0.0] * len(t) for k in CLASSES}
+    for f in r.flows:
+        s = r.series.get(f.name, [])
+        for i, v in enumerate(s):
+            if v == v:
+                tot[i] += v
+                cls[f.klass][i] += v
+    cap = r.rate_mbit / HEADER_FACTOR
+    ax = axes[0]
+    ax.plot(x, tot, "k--", lw=1.2, label="total")
+    colours = {"L4S": "tab:red", "Classic": "tab:green"}
+    for k in CLASSES:
+        ax.plot(x, cls[k], color=colours[k], lw=1.5, label=f"{k} (aggregate)")
+        xs, ys = [], []
+        for p in r.phases:
+            n = p.counts["L4S"] + p.counts["Classic"]
+            xs += [p.start_s, p.end_s]
+            ys += [cap * p.counts[k] / n] * 2
+        ax.plot(xs, ys, color="grey", ls="--" if k == "L4S" else ":", lw=1, label=f"{k} fair share")
+    ax.set_ylabel("Mbit/s")
+    ax.legend(fontsize=7, ncol=3, loc="upper right")
+    ax.set_title(f"{r.scenario}" + (" (ccswitchd on the classic senders)" if r.daemon else ""), fontsize=10)
+    ax = axes[1]
+    palette = {"L4S": plt.cm.Reds, "Classic": plt.cm.Greens}
+    for k in CLASSES:
+        mine = [f for f in r.flows if f.klass == k]
+        for j, f in enumerate(mine):
+            s = r.series.get(f.name, [])
+            shade = 0.45 + 0.5 * (j / max(1, len(mine) - 1)) if len(mine) > 1 else 0.8
+            ax.plot(x[:len(s)], s, color=palette[k](shade), lw=1, label=f"{f.name} {f.cca} {f.rtt_ms:g} ms")
+    xs, ys = [], []
+    for p in r.phases:
+        xs += [p.start_s, p.end_s]
+        ys += [cap / (p.counts["L4S"] + p.counts["Classic"])] * 2
+    ax.plot(xs, ys, color="grey", lw=1.5, label="fair share")
+    ax.set_ylabel("Mbit/s per flow")
+    ax.legend(fontsize=6, ncol=4, loc="upper right")
+    ax = axes[2]
+    if r.queue_t_s:
+        qx = [ti - 0.5 for ti in r.queue_t_s]
+        for k in CLASSES:
+            q = r.queue[QUEUE_OF[k]]
+            c = colours[k]
+            ax.plot(qx, [max(v, 0.01) for v in q["mean"]], color=c, ls="-", lw=1.2, label=f"{k} mean")
+            ax.plot(qx, [max(v, 0.01) for v in q["p90"]], color=c, ls="--", lw=1, label=f"{k} p90")
+            ax.plot(qx, [max(v, 0.01) for v in q["max"]], color=c, ls=":", lw=1, label=f"{k} max")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7, ncol=3, loc="upper right")
+    else:
+        ax.text(0.5, 0.5, "no per-queue statistics in emulator/intervals.csv", ha="center", transform=ax.transAxes)
+    ax.set_ylabel("queue delay (ms)")
+    ax.set_xlabel("time (s)")
+    for a in axes:
+        for p in r.phases[1:]:
+            a.axvline(p.start_s, color="0.85", lw=0.8, zorder=0)
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{r.scenario}.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def main(argv: Sequence[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="run folders (…/run-01-seed-1)")
+    ap.add_argument("--out", type=Path, default=Path("docs/l4s"), help="folder for the PNG plots")
+    ap.add_argument("--md", type=Path, help="also write the tables to this markdown file")
+    ap.add_argument("--json", type=Path, help="also write the phase results as JSON")
+    a = ap.parse_args(argv)
+    results = []
+    for run in a.runs:
+        if not (run / "summary.json").is_file():
+            print(f"report.py: {run}: no summary.json (not a finished run folder)", file=sys.stderr)
+            return 2
+        r = analyse(run)
+        results.append(r)
+        print(plot(r, a.out), file=sys.stderr)
+    text = markdown(results)
+    print(text)
+    if a.md:
+        a.md.parent.mkdir(parents=True, exist_ok=True)
+        a.md.write_text(text)
+    if a.json:
+        a.json.write_text(json.dumps([{"scenario": r.scenario, "run": str(r.run_dir), "phases": [
+            {"start_s": p.start_s, "end_s": p.end_s, "counts": p.counts, "per_flow_mbps": p.per_flow_mbps,
+             "class_mbps": p.class_mbps, "lc_ratio": p.lc_ratio, "jain": p.jain, "utilisation": p.utilisation,
+             "delay_ms": p.delay_ms, "group_per_flow_mbps": p.group_per_flow_mbps, "flow_mbps": p.flow_mbps}
+            for p in r.phases]} for r in results], indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
