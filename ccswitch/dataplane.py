@@ -99,6 +99,22 @@ class DataPlane:
         assert self.switcher is not None
         return self.switcher.apply(requests)
 
+    def refresh_pcc(self) -> bool:
+        """Register PCC again when it vanished (the process that registered it exited).
+
+        Rebinds the switcher to the new registration's seed map.  Returns True
+        when it re-registered.  A no-op for data planes opened with pcc=False.
+        """
+        if self.pcc is None or "pcc" in available_ccas():
+            return False
+        assert self.switcher is not None
+        self.switcher.close()
+        self.pcc.close()
+        self.switcher = None
+        self.pcc = ensure_pcc()
+        self.switcher = Switcher(self.pcc.seed_fd)
+        return True
+
     def close(self) -> None:
         for part in (self.switcher, self.monitor, self.pcc):
             if part is not None:
