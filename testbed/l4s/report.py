@@ -59,8 +59,12 @@ QUEUE_COLUMNS = {
     "mean": "{q}_sojourn_mean_us",
     "p90": "{q}_sojourn_p90_us",
     "max": "{q}_sojourn_max_us",
-    "packets": "{q}_packets_out",
+    "bytes": "{q}_bytes_out",
+    "marks": "{q}_marks",
+    "drops": "{q}_drops",
 }
+RAW_KEYS = ("bytes", "marks", "drops")
+"""Counts, not delays (kept as they are; the delays are converted from us to ms)."""
 
 
 @dataclass
@@ -88,6 +92,9 @@ class PhaseResult:
     utilisation: float
     delay_ms: dict[str, dict[str, float]] = field(default_factory=dict)
     group_per_flow_mbps: dict[str, float] = field(default_factory=dict)
+    marks_pct: dict[str, float] = field(default_factory=dict)
+    """CE marks per packet that left the class's queue, % (packets ~ bytes_out / 1500)."""
+    drops_pct: dict[str, float] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -146,7 +153,7 @@ def queue_series(run_dir: Path) -> tuple[list[float], dict[str, dict[str, list[f
             for key, col in QUEUE_COLUMNS.items():
                 v = r.get(col.format(q=q), "")
                 x = float(v) if v not in ("", None) else math.nan
-                out[q][key].append(x if key == "packets" else x / 1000.0)
+                out[q][key].append(x if key in RAW_KEYS else x / 1000.0)
     return t, out
 
 
@@ -197,7 +204,7 @@ def analyse(run_dir: Path) -> RunResult:
             qi = [i for i, t in enumerate(qt) if lo < t - 0.5 < b]
             for k in CLASSES:
                 q = queue[QUEUE_OF[k]]
-                pk = [q["packets"][i] for i in qi]
+                pk = [q["bytes"][i] for i in qi]  # weights: the mean is over packets ~ bytes
                 means = [q["mean"][i] for i in qi]
                 wsum = sum(p for p, m in zip(pk, means, strict=True) if p == p and m == m and p > 0)
                 wmean = (sum(p * m for p, m in zip(pk, means, strict=True) if p == p and m == m and p > 0) / wsum
@@ -205,6 +212,12 @@ def analyse(run_dir: Path) -> RunResult:
                 maxes = [q["max"][i] for i in qi if q["max"][i] == q["max"][i]]
                 ph.delay_ms[k] = {"mean": wmean, "p90": _mean([q["p90"][i] for i in qi]),
                                   "max": max(maxes) if maxes else math.nan}
+                sent = sum(x for x in pk if x == x)
+                marks = sum(q["marks"][i] for i in qi if q["marks"][i] == q["marks"][i])
+                drops = sum(q["drops"][i] for i in qi if q["drops"][i] == q["drops"][i])
+                pkts = sent / 1500.0
+                ph.marks_pct[k] = 100.0 * marks / pkts if pkts else math.nan
+                ph.drops_pct[k] = 100.0 * drops / (pkts + drops) if pkts + drops else math.nan
         phases.append(ph)
     switches = []
     sw_path = run_dir / "switches.json"
@@ -234,8 +247,8 @@ def markdown(results: Sequence[RunResult]) -> str:
     for r in results:
         lines += [f"#### {r.scenario}", "",
                   "| phase (s) | L-C flows | L4S per flow | Classic per flow | L:C | Jain | util. "
-                  "| L delay mean / p90 / max (ms) | C delay mean / p90 / max (ms) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| L delay mean / p90 / max (ms) | C delay mean / p90 / max (ms) | L marks | C marks / drops |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for p in r.phases:
             dl, dc = p.delay_ms.get("L4S", {}), p.delay_ms.get("Classic", {})
             lines.append(
@@ -244,7 +257,8 @@ def markdown(results: Sequence[RunResult]) -> str:
                 f"{_f(100 * p.utilisation, 0)} % | {_f(dl.get('mean', math.nan), 2)} / "
                 f"{_f(dl.get('p90', math.nan), 2)} / {_f(dl.get('max', math.nan), 1)} | "
                 f"{_f(dc.get('mean', math.nan), 2)} / {_f(dc.get('p90', math.nan), 2)} / "
-                f"{_f(dc.get('max', math.nan), 1)} |")
+                f"{_f(dc.get('max', math.nan), 1)} | {_f(p.marks_pct.get('L4S', math.nan))} % | "
+                f"{_f(p.marks_pct.get('Classic', math.nan))} / {_f(p.drops_pct.get('Classic', math.nan))} % |")
         if any(len(p.group_per_flow_mbps) > 2 for p in r.phases):
             groups = sorted({g for p in r.phases for g in p.group_per_flow_mbps})
             lines += ["", "Per-flow mean goodput (Mbit/s) by class and RTT:", "",
@@ -361,7 +375,8 @@ def main(argv: Sequence[str]) -> int:
         a.json.write_text(json.dumps([{"scenario": r.scenario, "run": str(r.run_dir), "phases": [
             {"start_s": p.start_s, "end_s": p.end_s, "counts": p.counts, "per_flow_mbps": p.per_flow_mbps,
              "class_mbps": p.class_mbps, "lc_ratio": p.lc_ratio, "jain": p.jain, "utilisation": p.utilisation,
-             "delay_ms": p.delay_ms, "group_per_flow_mbps": p.group_per_flow_mbps, "flow_mbps": p.flow_mbps}
+             "delay_ms": p.delay_ms, "marks_pct": p.marks_pct, "drops_pct": p.drops_pct,
+             "group_per_flow_mbps": p.group_per_flow_mbps, "flow_mbps": p.flow_mbps}
             for p in r.phases]} for r in results], indent=1, default=str) + "\n")
     return 0
 
