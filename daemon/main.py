@@ -1,43 +1,317 @@
-"""ccswitchd: the switching daemon's entry point.
+"""ccswitchd: the switching daemon (one per network namespace).
 
-Today it runs the data plane in observe-only mode: it holds the monitor and
-PCC's registration for this network namespace and writes one JSON line per
-flow per tick to stdout.  The control loop (features -> policy -> guard ->
-switch), systemd integration and the CLI socket arrive with issue 5.
+    ccswitchd [--config FILE] [--socket PATH] [--record FILE.parquet] [--decisions FILE.jsonl]
+    ccswitchd --check-config [--config FILE]
+    ccswitchd --install [--root DIR]
+
+Start-up, in order: config (validated: every problem named, exit 1), policy
+(a missing or corrupt file refuses the start unless policy.fallback is
+set), data plane (monitor, switcher, PCC; the instance lock refuses a
+second daemon in the namespace), clean-up of what a killed predecessor left
+(sockets on its unregistered PCC are moved to the fresh registration, so
+the old BPF programs are freed; a stale control socket is removed; its
+state file is read, so pins, dwell times and hold-offs carry over), the
+control socket, then READY=1 to systemd.
+
+The loop (single thread): tick every daemon.tick_s (controller.py), and in
+between serve control requests and signals.  SIGHUP reloads config and
+policy file (a bad new one is logged and the old one kept), SIGTERM/SIGINT
+stop: optional restore/PCC fallback switches (stop.*), state saved, record
+files closed, BPF links detached (DataPlane.close), exit 0.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
+import logging
+import os
+import selectors
+import signal
+import socket
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
-from ccswitch.bpf.libbpf import BpfError
-from ccswitch.host import HostError
-from ccswitch.sampler import check_interval
+from ccswitch.daemon import config as config_mod
+from ccswitch.daemon.config import ConfigError, load_config
+from ccswitch.daemon.logs import setup as setup_logs
+from ccswitch.daemon.policies import build_decider
+from ccswitch.daemon.recorder import Recorder, RecordError
+from ccswitch.daemon.sdnotify import Notifier
+
+log = logging.getLogger("ccswitchd")
+MAX_TICK_ERRORS = 10
+PCC_CHECK_EVERY_S = 1.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ccswitchd", description="ccswitch switching daemon (one per network "
+                                "namespace): monitor -> features -> policy -> guard -> switch.")
+    p.add_argument("--config", metavar="FILE", help=f"config file (default {config_mod.DEFAULT_PATH}; "
+                   "missing default = built-in defaults)")
+    p.add_argument("--check-config", action="store_true", help="validate the config and the policy file, then exit")
+    p.add_argument("--socket", metavar="PATH", help="control socket (overrides daemon.socket)")
+    p.add_argument("--record", metavar="FILE.parquet", help="write every tick's FlowSample rows here (Parquet)")
+    p.add_argument("--decisions", metavar="FILE.jsonl", help="append one JSON line per decision here")
+    p.add_argument("--install", action="store_true", help="install the systemd unit and the default config")
+    p.add_argument("--root", metavar="DIR", default="/", help="with --install: install below DIR (packaging, tests)")
+    return p
+
+
+def _fail(msg: str) -> None:
+    print(f"ccswitchd: error: {msg}", file=sys.stderr)
+    sys.exit(1)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="ccswitchd", description=__doc__.splitlines()[0])
-    parser.add_argument("--interval", type=float, default=0.2, help="tick, s (>= 0.1)")
-    args = parser.parse_args(argv)
-    from ccswitch.dataplane import DataPlane, install_signal_handlers
+    args = _parser().parse_args(argv)
+    if args.install:
+        from ccswitch.daemon.install import install
+
+        try:
+            for line in install(Path(args.root)):
+                print(line)
+        except (OSError, ValueError) as e:
+            _fail(str(e))
+        return
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        where = f"{e.path}: " if e.path else ""
+        for p in e.problems:
+            print(f"ccswitchd: error: {where}{p}", file=sys.stderr)
+        sys.exit(1)
+    from ccswitch.models.policy import PolicyError
 
     try:
-        check_interval(args.interval)
-        install_signal_handlers()
-        with DataPlane() as dp:
-            dp.sample()
-            while True:
-                time.sleep(args.interval)
-                for row in dp.sample().to_pylist():
-                    clean = {k: (None if isinstance(v, float) and math.isnan(v) else v)
-                             for k, v in row.items()}
-                    print(json.dumps(clean), flush=True)
-    except (HostError, BpfError, ValueError) as exc:
-        print(f"ccswitchd: error: {exc}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
+        decider, warning = build_decider(dict(cfg.policy))
+    except PolicyError as e:
+        _fail(str(e))
+    if args.check_config:
+        src = cfg.path or "built-in defaults"
+        extra = f" ({warning})" if warning else ""
+        print(f"ccswitchd: config {src} is valid; policy: {decider.kind}{extra}")
+        return
+    setup_logs(cfg.log["format"], cfg.log["level"])
+    if warning:
+        log.warning("policy fallback", extra={"fields": {"detail": warning}})
+    try:
+        Daemon(cfg, decider, args).run()
+    except (RecordError, OSError, RuntimeError, ValueError) as e:
+        # HostError, BpfError, ServerError are RuntimeErrors: one line, exit 1
+        log.debug("start-up failed", exc_info=True)
+        _fail(str(e).replace("\n", " "))
+
+
+class Daemon:
+    def __init__(self, cfg: config_mod.Config, decider: Any, args: argparse.Namespace):
+        self.cfg = cfg
+        self.decider = decider
+        self.args = args
+        self.config_path = args.config
+        self.socket_path = Path(args.socket or cfg.daemon["socket"])
+        sf = cfg.daemon["state_file"]
+        self.state_path = Path(sf) if sf else self.socket_path.with_name(self.socket_path.name + ".state")
+        self.stop = False
+        self.reload = False
+        self.notifier = Notifier()
+
+    # ----------------------------------------------------------- signals
+    def _signals(self) -> socket.socket:
+        r, w = socket.socketpair()
+        r.setblocking(False)
+        w.setblocking(False)
+        signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+        self._wake_w = w
+
+        def on_stop(signum: int, _f: object) -> None:
+            self.stop = True
+
+        def on_hup(signum: int, _f: object) -> None:
+            self.reload = True
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGHUP, on_hup)
+        return r
+
+    # --------------------------------------------------------------- run
+    def run(self) -> None:
+        from ccswitch.daemon.controller import Controller
+        from ccswitch.daemon.server import ControlServer
+        from ccswitch.dataplane import DataPlane
+
+        wake = self._signals()
+        metrics = None
+        with Recorder(self.args.record, self.args.decisions) as rec, DataPlane() as dp:
+            self.dp = dp
+            self._rehome_orphaned_pcc(dp, rec)
+            dp.sample()  # baseline counters: the first tick covers one full interval
+            ctl = self.ctl = Controller(self.cfg, self.decider, dp, recorder=rec, state_path=self.state_path)
+            if self.cfg.metrics["listen"]:
+                from ccswitch.daemon.metrics import Metrics
+
+                metrics = ctl.metrics = Metrics(self.cfg.metrics["listen"])
+            server = ControlServer(self.socket_path, self.handle)
+            server.open()
+            try:
+                log.info("started", extra={"fields": {
+                    "pid": os.getpid(), "policy": self.decider.kind, "tick_s": ctl.tick_s,
+                    "decision_interval_s": ctl.decision_interval_s, "socket": str(self.socket_path),
+                    "pcc": dp.pcc.source if dp.pcc else "none", "allowed": ",".join(ctl.allowed()),
+                    "record": self.args.record or "", "decisions": self.args.decisions or ""}})
+                self.notifier.ready(f"policy {self.decider.kind}, tick {ctl.tick_s:g} s")
+                self._loop(ctl, server, wake)
+            finally:
+                self.notifier.stopping()
+                try:
+                    own = bool(dp.pcc and dp.pcc.source == "ccswitch")
+                    ctl.stop_actions(self.cfg.stop["pcc_fallback"], own)
+                except Exception:
+                    log.exception("stop actions failed")
+                ctl.save_state()
+                server.close()
+                if metrics is not None:
+                    metrics.close()
+                log.info("stopped", extra={"fields": {**ctl.stats.as_dict(), "record_rows": rec.rows,
+                                                      "decisions_written": rec.decisions}})
+        signal.set_wakeup_fd(-1)
+
+    def _loop(self, ctl: Any, server: Any, wake: socket.socket) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(server.fileno(), selectors.EVENT_READ, "server")
+        sel.register(wake, selectors.EVENT_READ, "wake")
+        errors = 0
+        next_tick = time.monotonic() + ctl.tick_s
+        next_pcc = time.monotonic() + PCC_CHECK_EVERY_S
+        while not self.stop:
+            if self.reload:
+                self.reload = False
+                self._reload(ctl)
+            now = time.monotonic()
+            if now >= next_tick:
+                try:
+                    ctl.tick()
+                    errors = 0
+                except (OSError, RuntimeError, ValueError) as e:
+                    errors += 1
+                    log.error("tick failed", extra={"fields": {"error": str(e), "consecutive": errors}})
+                    if errors >= MAX_TICK_ERRORS:
+                        raise RuntimeError(f"{errors} ticks in a row failed, last: {e}") from e
+                self.notifier.watchdog()
+                next_tick += ctl.tick_s
+                if next_tick < time.monotonic():  # overran: skip, do not burst
+                    next_tick = time.monotonic() + ctl.tick_s
+                if now >= next_pcc:
+                    next_pcc = now + PCC_CHECK_EVERY_S
+                    self._check_pcc()
+                continue
+            for key, _ in sel.select(max(0.0, next_tick - now)):
+                if key.data == "server":
+                    server.serve_ready()
+                else:
+                    try:
+                        while wake.recv(64):
+                            pass
+                    except BlockingIOError:
+                        pass
+        sel.close()
+
+    def _check_pcc(self) -> None:
+        try:
+            if self.dp.refresh_pcc():
+                log.warning("pcc re-registered", extra={"fields": {
+                    "detail": "the process that registered PCC exited; this daemon registered it again",
+                    "source": self.dp.pcc.source if self.dp.pcc else ""}})
+        except (OSError, RuntimeError) as e:
+            log.error("pcc re-registration failed", extra={"fields": {"error": str(e)}})
+
+    def _rehome_orphaned_pcc(self, dp: Any, rec: Recorder) -> None:
+        """Sockets still on a PCC whose registration died with a killed daemon: move them to ours.
+
+        When this process had to register PCC itself (source "ccswitch"), no
+        `pcc` existed a moment ago, so every socket showing "pcc" runs an
+        unregistered copy whose BPF programs stay loaded until the socket
+        closes.  Switching them to the fresh registration (full inheritance:
+        rate and min RTT seeded) keeps them on PCC and frees the old copy.
+        """
+        if not dp.pcc or dp.pcc.source != "ccswitch" or not dp.monitor:
+            return
+        raw = dp.monitor.snapshot()
+        cookies = [int(c) for c, name in zip(raw["cookie"], raw["cca"], strict=True) if name == b"pcc"]
+        if not cookies:
+            return
+        res = dp.switch_many([(c, "pcc", "full") for c in cookies])
+        ok = sum(r.ok for r in res)
+        for r in res:
+            rec.decision({"ts": time.time(), "flow": r.flow_id, "from": "pcc (unregistered)", "to": "pcc",
+                          "action": "rehome", "reason": "start-up: socket on a PCC registration that died with a "
+                          "previous process", "q": {}, "verdict": "applied" if r.ok else f"failed: {r.error}",
+                          "policy": "-"})
+        log.warning("re-homed sockets from an unregistered pcc", extra={"fields": {"sockets": len(cookies), "ok": ok}})
+
+    def _reload(self, ctl: Any) -> None:
+        from ccswitch.models.policy import PolicyError
+
+        self.notifier.reloading()
+        try:
+            cfg = load_config(self.config_path)
+            decider, warning = build_decider(dict(cfg.policy))
+        except (ConfigError, PolicyError) as e:
+            log.error("reload failed, keeping the running config", extra={"fields": {"error": str(e)}})
+            self.notifier.ready("reload failed; running the previous config")
+            return
+        for key in ("socket", "state_file"):
+            if cfg.daemon[key] != self.cfg.daemon[key]:
+                log.warning("reload: change needs a restart", extra={"fields": {"key": f"daemon.{key}"}})
+        if cfg.metrics["listen"] != self.cfg.metrics["listen"]:
+            log.warning("reload: change needs a restart", extra={"fields": {"key": "metrics.listen"}})
+        setup_logs(cfg.log["format"], cfg.log["level"])
+        if warning:
+            log.warning("policy fallback", extra={"fields": {"detail": warning}})
+        self.cfg, self.decider = cfg, decider
+        ctl.configure(cfg, decider)
+        log.info("reloaded", extra={"fields": {"policy": decider.kind, "tick_s": ctl.tick_s,
+                                               "config": str(cfg.path or "defaults")}})
+        self.notifier.ready(f"policy {decider.kind}, tick {ctl.tick_s:g} s (reloaded)")
+
+    # ---------------------------------------------------------- requests
+    def handle(self, op: str, args: dict[str, Any]) -> Any:
+        ctl = self.ctl
+        if op == "status":
+            return {**ctl.status(), "socket": str(self.socket_path), "config": str(self.cfg.path or "defaults"),
+                    "pcc": self.dp.pcc.source if self.dp.pcc else "none", "record_file": self.args.record,
+                    "decisions_file": self.args.decisions, "state_file": str(self.state_path)}
+        if op == "flows":
+            return ctl.flows()
+        if op == "policy_show":
+            return self.decider.describe()
+        if op == "history":
+            limit = int(args.get("limit", 50))
+            return list(ctl.history)[-limit:] if limit > 0 else list(ctl.history)
+        if op == "switch":
+            flow, cca = int(args["flow"]), str(args["cca"])
+            if cca != "auto" and ctl._row_of(flow) is None:
+                raise ValueError(f"flow {flow} not found among this namespace's TCP sockets (closed, or in "
+                                 "another namespace); list flows with `ccswitch flows`")
+            return ctl.manual_switch(flow, cca, args.get("inherit"))
+        if op == "explain":
+            if args.get("flow") is not None:
+                return ctl.explain_flow(int(args["flow"]))
+            from ccswitch.daemon.explain import explain_state
+
+            policy = getattr(self.decider, "policy", None) or getattr(getattr(self.decider, "inner", None),
+                                                                      "policy", None)
+            if policy is None:
+                raise ValueError(f"explain --state needs the DQN; this daemon decides with {self.decider.kind}")
+            out = explain_state(policy, args.get("state") or {})
+            allowed = ctl.allowed()
+            sc = {a: v for a, v in out["q"].items() if a in allowed}
+            out["guard"] = ctl.guard.would(None, out["cca"], sc).as_dict()
+            return out
+        raise ValueError(f"unknown operation {op!r}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,456 @@
+"""The control loop of one tick: monitor -> features -> policy -> guard -> switch.
+
+Every tick (daemon.tick_s):
+
+1. read the monitor (DataPlane.sample: one FlowSample row per socket of
+   this namespace) and append it to --record;
+2. pick the managed flows: ESTABLISHED or CLOSE_WAIT, admitted by the flow
+   filters (selection.py), and at least flows.min_age_s old;
+3. add the tick to the aggregator; when the decision interval is due
+   (policy.decision_interval_s, by default the DQN's training interval):
+   a. aggregate the ticks since the last decision (aggregate.py), so the
+      features mean what they meant in training;
+   b. unfairness monitor over flows sharing a path (unfairness.py): Thratio,
+      Jain, the reward of each flow's interval; the groups are the DQN's
+      competition groups;
+   c. feed each managed flow's reward to the guard (post-switch evaluation:
+      may produce reverts), then score all flows in one batch (policies.py)
+      and ask the guard for each managed flow (guard.py), over the CCAs
+      allowed here: the policy's actions ∩ flows.ccas ∩ the host's
+      tcp_available_congestion_control (re-read every decision);
+4. apply switches and reverts in one switch_many pass (not in observe-only
+   mode), tell the guard, log and record every decision with its reason.
+
+Manual overrides (`ccswitch switch` through the control socket) switch at
+once and pin the flow; the guard then keeps it.  The guard state is saved
+to the state file whenever it changes, so a restarted daemon neither
+forgets nor repeats a switch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from ccswitch.bpf.switcher import SwitchResult
+from ccswitch.daemon.aggregate import Aggregator
+from ccswitch.daemon.config import Config
+from ccswitch.daemon.guard import Guard, GuardConfig, Verdict
+from ccswitch.daemon.policies import Decider, HeuristicDecider, ObserveDecider
+from ccswitch.daemon.recorder import Recorder
+from ccswitch.daemon.selection import FlowSelector
+from ccswitch.daemon.unfairness import Fairness, fairness, rewards
+from ccswitch.envs.reward import RewardConfig
+from ccswitch.host import available_ccas
+
+log = logging.getLogger("ccswitchd")
+MANAGED_STATES = (1, 8)  # TCP_ESTABLISHED, TCP_CLOSE_WAIT (still sending)
+
+
+class DataPlaneLike(Protocol):
+    def sample(self) -> pa.Table: ...
+
+    def switch_many(self, requests: list[tuple[int, str, str]]) -> list[SwitchResult]: ...
+
+
+@dataclass
+class TickStats:
+    n: int = 0
+    last_ms: float = 0.0
+    max_ms: float = 0.0
+    sum_ms: float = 0.0
+    flows: int = 0
+    managed: int = 0
+    decisions: int = 0
+    switches: int = 0
+    reverts: int = 0
+    manual: int = 0
+    failed: int = 0
+    recent_ms: deque[float] = field(default_factory=lambda: deque(maxlen=300))
+
+    def add(self, ms: float) -> None:
+        self.n += 1
+        self.last_ms = ms
+        self.max_ms = max(self.max_ms, ms)
+        self.sum_ms += ms
+        self.recent_ms.append(ms)
+
+    def as_dict(self) -> dict[str, Any]:
+        r = sorted(self.recent_ms)
+        def p(q):
+            return (r[min(len(r) - 1, int(q * len(r)))] if r else 0.0)
+        return {"ticks": self.n, "tick_ms_last": self.last_ms, "tick_ms_mean": self.sum_ms / max(self.n, 1),
+                "tick_ms_p50": p(0.5), "tick_ms_p99": p(0.99), "tick_ms_max": self.max_ms, "flows": self.flows,
+                "managed": self.managed, "decisions": self.decisions, "switches": self.switches,
+                "reverts": self.reverts, "manual": self.manual, "failed": self.failed}
+
+
+class Controller:
+    def __init__(self, cfg: Config, decider: Decider, dp: DataPlaneLike, *, recorder: Recorder | None = None,
+                 clock: Callable[[], float] = time.time, available: Callable[[], list[str]] = available_ccas,
+                 state_path: Path | None = None, metrics: Any = None):
+        self.dp = dp
+        self.clock = clock
+        self.available = available
+        self.recorder = recorder or Recorder()
+        self.state_path = state_path
+        self.metrics = metrics
+        self.guard = Guard(GuardConfig.from_mapping(cfg.guard), clock=clock)
+        self.history: deque[dict[str, Any]] = deque(maxlen=int(cfg.daemon["history"]))
+        self._pending_hist: dict[int, dict[str, Any]] = {}
+        self.stats = TickStats()
+        self.started = clock()
+        self.last_table: pa.Table | None = None
+        self.last_decision: dict[int, dict[str, Any]] = {}
+        self.last_scores: dict[int, np.ndarray] = {}
+        self.last_features: dict[int, np.ndarray] = {}
+        self.last_fair: Fairness | None = None
+        self._dirty = False
+        self._aggregator = Aggregator()
+        self.configure(cfg, decider)
+        self.load_state()
+
+    # ------------------------------------------------------------- set-up
+    def configure(self, cfg: Config, decider: Decider) -> None:
+        """Apply a (new) config and decider; keeps guard state, history and pins."""
+        self.cfg = cfg
+        self.decider = decider
+        self.observe_only = isinstance(decider, ObserveDecider)
+        self.guard.cfg = GuardConfig.from_mapping(cfg.guard)
+        self.selector = FlowSelector(cfg.flows)
+        self.tick_s = float(cfg.daemon["tick_s"])
+        di = float(cfg.policy["decision_interval_s"]) or decider.interval_s
+        self.decide_every = max(1, round(di / self.tick_s)) if di else 1
+        self.decision_interval_s = self.decide_every * self.tick_s
+        self.inherit = cfg.daemon["inherit"]
+        self.reward_cfg = RewardConfig()
+        self._ticks_since_decision = 0
+        self._aggregator = Aggregator()
+        decider.reset()
+
+    def allowed(self) -> list[str]:
+        host = set(self.available())
+        conf = set(self.cfg.flows["ccas"])
+        return [a for a in self.decider.actions if a in host and (not conf or a in conf)]
+
+    # ---------------------------------------------------------------- tick
+    def tick(self) -> None:
+        t0 = time.perf_counter()
+        table = self.dp.sample()
+        self.recorder.samples(table)
+        self.last_table = table
+        self._aggregator.add(table, self.tick_s)
+        self._ticks_since_decision += 1
+        requests: list[tuple[int, str, str, Verdict, dict[str, Any]]] = []
+        if self._ticks_since_decision >= self.decide_every:
+            self._ticks_since_decision = 0
+            requests = self._decide(self._aggregator.take())
+        if requests:
+            self._apply(requests)
+        self.recorder.flush()
+        if self._dirty:
+            self.save_state()
+        ms = (time.perf_counter() - t0) * 1e3
+        self.stats.add(ms)
+        if self.metrics is not None:
+            self.metrics.tick(self, ms)
+
+    def _decide(self, agg: pa.Table) -> list[tuple[int, str, str, Verdict, dict[str, Any]]]:
+        now = self.clock()
+        n = agg.num_rows
+        ids = agg.column("flow_id").to_numpy()
+        alive = set(ids.tolist())
+        gone = self.guard.forget(alive)
+        for f in gone:
+            self.last_decision.pop(f, None)
+            self.last_scores.pop(f, None)
+            self.last_features.pop(f, None)
+            self._pending_hist.pop(f, None)
+        if gone:
+            self._dirty = True
+        self.selector.forget(alive)
+        if isinstance(self.decider, HeuristicDecider):
+            self.decider.forget(alive)
+        self.stats.flows = n
+        if n == 0:
+            self.stats.managed = 0
+            return []
+        fair = fairness(agg, self.cfg.unfairness["group_by"])
+        self.last_fair = fair
+        rew = rewards(self.reward_cfg, agg, fair)
+        state = agg.column("state").to_numpy()
+        mask = np.isin(state, MANAGED_STATES) & self.selector.select(agg)
+        ccas = agg.column("cca").to_pylist()
+        rows = np.flatnonzero(mask)
+        out: list[tuple[int, str, str, Verdict, dict[str, Any]]] = []
+        min_age = float(self.cfg.flows["min_age_s"])
+        # post-switch evaluation: every managed flow's reward of this interval
+        managed_rows = []
+        for i in rows:
+            fid = int(ids[i])
+            v = self.guard.observe(fid, ccas[i], float(rew[i]))
+            if v is not None:
+                self._evaluated(fid, ccas[i], v, out)
+            if self.guard.age(fid) >= min_age:
+                managed_rows.append(i)
+        self.stats.managed = len(managed_rows)
+        scores = self.decider.scores(agg, fair.group, now)
+        allowed = self.allowed()
+        acts = self.decider.actions
+        keep_cols = [j for j, a in enumerate(acts) if a in allowed]
+        log_all = self.cfg.log["all_decisions"] or log.isEnabledFor(logging.DEBUG)
+        reverting = {r[0] for r in out}
+        for i in managed_rows:
+            fid = int(ids[i])
+            q = scores.values[i]
+            self.last_scores[fid] = q
+            if scores.features is not None:
+                self.last_features[fid] = scores.features[i]
+            if fid in reverting:
+                continue
+            sc = {acts[j]: float(q[j]) for j in keep_cols}
+            v = self.guard.decide(fid, ccas[i], sc)
+            self.stats.decisions += 1
+            qd = {a: float(q[j]) for j, a in enumerate(acts)}
+            rec = {"ts": now, "flow": fid, "from": ccas[i], "to": v.to, "action": v.action, "reason": v.reason,
+                   "q": qd, "thratio": float(fair.thratio[i]), "jain": float(fair.jain[i]),
+                   "reward": float(rew[i]), "policy": self.decider.kind}
+            self.last_decision[fid] = rec
+            if v.action == "switch":
+                if self.observe_only:
+                    rec["verdict"] = "observe-only"
+                    self._log_decision(rec, logging.INFO)
+                else:
+                    out.append((fid, v.to, ccas[i], v, rec))
+            elif v.best and v.best != ccas[i] and not v.reason.startswith("pinned"):
+                rec["verdict"] = "blocked"
+                self._log_decision(rec, logging.INFO if "margin" not in v.reason else logging.DEBUG)
+            elif log_all:
+                rec["verdict"] = "kept"
+                self._log_decision(rec, logging.DEBUG, force=self.cfg.log["all_decisions"])
+        return out
+
+    def _evaluated(self, fid: int, cca: str, v: Verdict, out: list[tuple[int, str, str, Verdict, dict[str, Any]]]
+                   ) -> None:
+        hist = self._pending_hist.pop(fid, None)
+        rec = {"ts": self.clock(), "flow": fid, "from": cca, "to": v.to, "action": v.action, "reason": v.reason,
+               "q": {}, "policy": self.decider.kind}
+        if v.action == "revert":
+            if hist is not None:
+                hist["verdict"] = "reverted"
+            if self.observe_only:
+                rec["verdict"] = "observe-only"
+                self._log_decision(rec, logging.INFO)
+            else:
+                out.append((fid, v.to, cca, v, rec))
+        else:
+            if hist is not None:
+                hist["verdict"] = "confirmed"
+            rec["verdict"] = "confirmed"
+            self._log_decision(rec, logging.INFO)
+        self._dirty = True
+
+    def _apply(self, requests: list[tuple[int, str, str, Verdict, dict[str, Any]]]) -> None:
+        try:
+            results = self.dp.switch_many([(fid, to, self.inherit) for fid, to, _, _, _ in requests])
+        except ValueError as e:  # e.g. a CCA vanished between the check and the switch
+            results = [SwitchResult(fid, to, self.inherit, ok=False, error=str(e)) for fid, to, _, _, _ in requests]
+        for (fid, to, prev, v, rec), res in zip(requests, results, strict=True):
+            kind = "revert" if v.action == "revert" else "policy"
+            if res.ok:
+                self.guard.applied(fid, prev, to, kind)
+                rec["verdict"] = "applied"
+                if kind == "revert":
+                    self.stats.reverts += 1
+                else:
+                    self.stats.switches += 1
+                hist = {"ts": rec["ts"], "flow": fid, "from": prev, "to": to, "kind": kind, "reason": v.reason,
+                        "verdict": "evaluating" if kind == "policy" and self.guard.cfg.eval_window_s > 0
+                        else ("reverted" if kind == "revert" else "-")}
+                self.history.append(hist)
+                if kind == "policy":
+                    self._pending_hist[fid] = hist
+            else:
+                self.stats.failed += 1
+                rec["verdict"] = f"failed: {res.error}"
+            self._log_decision(rec, logging.INFO if res.ok else logging.WARNING)
+        self._dirty = True
+
+    def _log_decision(self, rec: dict[str, Any], level: int, force: bool = False) -> None:
+        self.recorder.decision(rec)
+        if force or log.isEnabledFor(level):
+            log.log(level, "decision", extra={"fields": {
+                "flow": rec["flow"], "from": rec["from"], "to": rec["to"], "action": rec["action"],
+                "verdict": rec.get("verdict", ""), "reason": rec["reason"]}})
+
+    # -------------------------------------------------------------- manual
+    def manual_switch(self, flow: int, cca: str, inherit: str | None = None) -> dict[str, Any]:
+        """Switch and pin (cca == "auto": release the pin).  Raises ValueError with a clear message."""
+        row = self._row_of(flow)
+        if cca == "auto":
+            if not self.guard.unpin(flow):
+                raise ValueError(f"flow {flow} is not pinned")
+            self._dirty = True
+            self.save_state()
+            rec = {"ts": self.clock(), "flow": flow, "from": row["cca"] if row else "", "to": "auto",
+                   "action": "unpin", "reason": "manual: pin released", "q": {}, "verdict": "applied",
+                   "policy": self.decider.kind}
+            self._log_decision(rec, logging.INFO)
+            self.recorder.flush()
+            return {"flow_id": flow, "ok": True, "pinned": None}
+        res = self.dp.switch_many([(flow, cca, inherit or self.inherit)])[0]
+        if not res.ok:
+            raise ValueError(res.error or f"switching flow {flow} to {cca} failed")
+        self.guard.pin(flow, cca, res.cca_before)
+        self.guard.applied(flow, res.cca_before, cca, "manual")
+        self.stats.manual += 1
+        now = self.clock()
+        self.history.append({"ts": now, "flow": flow, "from": res.cca_before, "to": res.cca_after, "kind": "manual",
+                             "reason": "manual override (pinned)", "verdict": "-"})
+        rec = {"ts": now, "flow": flow, "from": res.cca_before, "to": res.cca_after, "action": "manual",
+               "reason": "manual override: pinned until `ccswitch switch FLOW auto`", "q": {}, "verdict": "applied",
+               "policy": self.decider.kind}
+        self._log_decision(rec, logging.INFO)
+        self.recorder.flush()
+        self._dirty = True
+        self.save_state()
+        return {**res.as_dict(), "pinned": cca}
+
+    def _row_of(self, flow: int) -> dict[str, Any] | None:
+        t = self.last_table
+        if t is None or not t.num_rows:
+            return None
+        ids = t.column("flow_id").to_numpy()
+        hit = np.flatnonzero(ids == np.uint64(flow))
+        return t.slice(int(hit[0]), 1).to_pylist()[0] if len(hit) else None
+
+    # --------------------------------------------------------------- stop
+    def stop_actions(self, pcc_fallback: str, own_pcc: bool) -> list[dict[str, Any]]:
+        """SIGTERM: restore changed flows (stop.restore) and move sockets off our own PCC (stop.pcc_fallback)."""
+        t = self.last_table
+        if t is None or not t.num_rows:
+            return []
+        host = set(self.available())
+        reqs: dict[int, tuple[str, str]] = {}
+        ccas = dict(zip(t.column("flow_id").to_pylist(), t.column("cca").to_pylist(), strict=True))
+        if self.cfg.stop["restore"]:
+            for fid, fg in self.guard.flows.items():
+                cur = ccas.get(fid)
+                if cur and fg.changed_by_us and fg.original != cur and fg.original in host:
+                    reqs[fid] = (fg.original, "restore")
+        if pcc_fallback and own_pcc:
+            for fid, cur in ccas.items():
+                target = reqs.get(fid, (cur, ""))[0]
+                if target == "pcc":
+                    reqs[fid] = (pcc_fallback, "pcc-fallback")
+        if not reqs:
+            return []
+        items = list(reqs.items())
+        results = self.dp.switch_many([(fid, to, "limited") for fid, (to, _) in items])
+        out = []
+        for (fid, (to, why)), res in zip(items, results, strict=True):
+            rec = {"ts": self.clock(), "flow": fid, "from": res.cca_before, "to": to, "action": why,
+                   "reason": f"stop: {why}", "q": {}, "verdict": "applied" if res.ok else f"failed: {res.error}",
+                   "policy": self.decider.kind}
+            self._log_decision(rec, logging.INFO)
+            out.append(rec)
+        self.recorder.flush()
+        return out
+
+    # ------------------------------------------------------------- state
+    def save_state(self) -> None:
+        self._dirty = False
+        if not self.state_path:
+            return
+        doc = {"version": 1, "saved": self.clock(), "pid": os.getpid(), "flows": self.guard.to_state(),
+               "history": list(self.history)[-200:]}
+        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps(doc))
+            tmp.replace(self.state_path)
+        except OSError as e:
+            log.warning("state not saved", extra={"fields": {"path": str(self.state_path), "error": e.strerror}})
+
+    def load_state(self) -> None:
+        if not self.state_path or not self.state_path.exists():
+            return
+        try:
+            doc = json.loads(self.state_path.read_text())
+            n = self.guard.from_state(doc.get("flows", {}))
+            for h in doc.get("history", []):
+                self.history.append(h)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("state file ignored", extra={"fields": {"path": str(self.state_path), "error": str(e)}})
+            return
+        log.info("state restored", extra={"fields": {"path": str(self.state_path), "flows": n,
+                                                      "previous_pid": doc.get("pid")}})
+
+    # ----------------------------------------------------------- queries
+    def status(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        t = self.last_table
+        if t is not None and t.num_rows:
+            for c in t.column("cca").to_pylist():
+                counts[c] = counts.get(c, 0) + 1
+        return {"pid": os.getpid(), "uptime_s": self.clock() - self.started, "policy": _short(self.decider.describe()),
+                "observe_only": self.observe_only, "tick_s": self.tick_s,
+                "decision_interval_s": self.decision_interval_s, "inherit": self.inherit,
+                "allowed": self.allowed(), "flows_per_cca": counts, "pinned": sum(
+                    1 for f in self.guard.flows.values() if f.pin), **self.stats.as_dict(),
+                "unfairness": self.last_fair.summary() if self.last_fair is not None else []}
+
+    def flows(self) -> list[dict[str, Any]]:
+        t = self.last_table
+        if t is None:
+            return []
+        out = []
+        acts = self.decider.actions
+        fair = {}
+        if t.num_rows:
+            f = fairness(t, self.cfg.unfairness["group_by"])
+            fair = dict(zip(t.column("flow_id").to_pylist(), f.thratio.tolist(), strict=True))
+        for r in t.to_pylist():
+            fid = r["flow_id"]
+            q = self.last_scores.get(fid)
+            fg = self.guard.flows.get(fid)
+            d = self.last_decision.get(fid)
+            out.append({**r, "q": {a: float(q[j]) for j, a in enumerate(acts)} if q is not None else None,
+                        "thratio": fair.get(fid), "managed": fg is not None, "pinned": fg.pin if fg else None,
+                        "last_action": d["action"] if d else None, "last_reason": d["reason"] if d else None})
+        return out
+
+    def explain_flow(self, flow: int) -> dict[str, Any]:
+        row = self._row_of(flow)
+        if row is None:
+            raise ValueError(f"flow {flow} not found among this namespace's TCP sockets (closed, or in another "
+                             "namespace); list flows with `ccswitch flows`")
+        q = self.last_scores.get(flow)
+        if q is None:
+            raise ValueError(f"flow {flow} has no decision yet (not managed, younger than flows.min_age_s, or "
+                             "waiting for the next decision interval)")
+        acts = self.decider.actions
+        allowed = self.allowed()
+        sc = {a: float(q[j]) for j, a in enumerate(acts) if a in allowed}
+        feats = self.last_features.get(flow)
+        names = getattr(getattr(self.decider, "policy", None), "feature_names", None) or getattr(
+            getattr(getattr(self.decider, "inner", None), "policy", None), "feature_names", None)
+        features = dict(zip(names, map(float, feats), strict=True)) if feats is not None and names else None
+        return {"flow": flow, "cca": row["cca"], "q": {a: float(q[j]) for j, a in enumerate(acts)},
+                "features": features, "guard": self.guard.would(flow, row["cca"], sc).as_dict(),
+                "last_decision": self.last_decision.get(flow)}
+
+
+def _short(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k in ("kind", "actions", "file", "checksum", "decides_with", "cca",
+                                                "interval_s")}
+

@@ -1,0 +1,87 @@
+"""`ccswitch policy explain --state k=v,...`: the DQN's view of a hypothetical steady state.
+
+The state describes one flow whose last WINDOW intervals all looked the
+same; keys (units in the names, defaults in STATE_KEYS):
+
+    throughput_mbps  rtt_ms  min_rtt_ms  loss  jitter_ms  sending_rate_mbps
+    cca              others (competing active flows on the path)
+    share            (this flow's share of the path's throughput, 0..1)
+    jain             (Jain's index over the path's flows, 0..1)
+
+It is turned into FlowSample columns, then into the observation with the
+same functions as live flows (envs/features.py: base_features, assemble),
+so the Q-values are exactly what the daemon would compute.  Works without
+a daemon: only the policy file is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ccswitch.envs.features import CONTEXT_FEATURES, MAX_OTHERS, assemble, base_features
+from ccswitch.models.policy import Policy
+
+STATE_KEYS: dict[str, tuple[object, str]] = {
+    "throughput_mbps": (10.0, "throughput incl. headers, Mbit/s"),
+    "rtt_ms": (20.0, "smoothed RTT, ms"),
+    "min_rtt_ms": (0.0, "minimum RTT, ms (0 = rtt_ms)"),
+    "loss": (0.0, "retransmitted / sent segments, 0..1"),
+    "jitter_ms": (1.0, "RTT jitter, ms"),
+    "sending_rate_mbps": (0.0, "sending rate, Mbit/s (0 = throughput_mbps)"),
+    "cca": ("cubic", "the flow's current algorithm"),
+    "others": (1, "other active flows on the same path"),
+    "share": (-1.0, "this flow's share of the path's throughput (negative = 1 / (others + 1))"),
+    "jain": (1.0, "Jain's index over the path's flows"),
+}
+
+
+def parse_state(text: str) -> dict[str, Any]:
+    """'throughput_mbps=5,rtt_ms=40,cca=bbr' -> typed dict (ValueError names the bad key)."""
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        k, sep, v = part.partition("=")
+        k = k.strip()
+        if not sep:
+            raise ValueError(f"--state: {part!r} is not KEY=VALUE")
+        if k not in STATE_KEYS:
+            raise ValueError(f"--state: unknown key {k!r} (known: {', '.join(STATE_KEYS)})")
+        default = STATE_KEYS[k][0]
+        if isinstance(default, str):
+            out[k] = v.strip()
+        else:
+            try:
+                out[k] = type(default)(float(v)) if isinstance(default, int) else float(v)
+            except ValueError:
+                raise ValueError(f"--state: {k} must be a number, got {v!r}") from None
+    return out
+
+
+def observation(policy: Policy, state: Mapping[str, Any]) -> np.ndarray:
+    s = {k: v[0] for k, v in STATE_KEYS.items()} | dict(state)
+    thr = float(s["throughput_mbps"]) * 1e6
+    rtt = float(s["rtt_ms"]) * 1e3
+    min_rtt = float(s["min_rtt_ms"]) * 1e3 or rtt
+    snd = float(s["sending_rate_mbps"]) * 1e6 or thr
+    cols = {"throughput_bps": np.array([thr]), "rtt_us": np.array([rtt]), "rtt_ratio": np.array([rtt / min_rtt]),
+            "loss_rate": np.array([float(s["loss"])]), "jitter_us": np.array([float(s["jitter_ms"]) * 1e3]),
+            "sending_rate_bps": np.array([snd])}
+    raw = base_features(cols)  # [1, 6]
+    window = np.repeat(raw[:, None, :], policy.window, axis=1)
+    others = int(s["others"])
+    share = float(s["share"]) if float(s["share"]) >= 0 else 1.0 / (others + 1)
+    ctx = np.array([[min(others / MAX_OTHERS, 1.0), share, float(s["jain"])]])
+    assert ctx.shape[1] == len(CONTEXT_FEATURES)
+    idx = policy.actions.index(s["cca"]) if s["cca"] in policy.actions else -1
+    return assemble(window, np.array([idx]), ctx, policy.normalisation, len(policy.actions))[0]
+
+
+def explain_state(policy: Policy, state: Mapping[str, Any]) -> dict[str, Any]:
+    obs = observation(policy, state)
+    q = policy.q_values(obs)
+    cca = str(dict(state).get("cca", STATE_KEYS["cca"][0]))
+    return {"state": dict(state), "cca": cca, "q": {a: float(q[i]) for i, a in enumerate(policy.actions)},
+            "best": policy.actions[int(np.argmax(q))],
+            "features": {n: float(v) for n, v in zip(policy.feature_names, obs, strict=True)}}

@@ -1,0 +1,282 @@
+"""The guard: what stands between the policy's wish and a socket's congestion control.
+
+A policy scores every allowed CCA for a flow on each decision (Q-values of
+the DQN, or the heuristic's scores); the guard turns that into keep, switch
+or revert, with a reason.  Per flow, in this order:
+
+1. pinned     A manual override (`ccswitch switch FLOW CCA` through the
+              daemon) fixes the flow's CCA until released: always keep.
+2. hold-off   Choices reverted recently (step 8 below) are removed from the
+              candidates until their hold-off time passes.
+3. preferred  best = argmax of the scores over the remaining candidates.
+              best == current: keep (and the hysteresis streak restarts).
+4. margin     score[best] - score[current] < margin: keep, streak restarts.
+              (A current CCA the policy cannot score, e.g. reno, scores -inf.)
+5. streak     The same best must win by the margin on `consecutive`
+              decisions in a row (hysteresis): until then keep.
+6. evaluating A switch is under post-switch evaluation: keep.
+7. dwell      Less than min_dwell_s since the flow's last switch: keep.
+8. cap        max_switches_per_min switches of this flow in the last 60 s: keep.
+   Otherwise: switch to best.
+
+Post-switch evaluation (paper 002, Algorithm 1, step 8): every tick the
+controller feeds each flow's reward (envs/reward.py) to :meth:`Guard.observe`.
+At a policy switch the guard notes the mean reward of the eval_window_s
+before it; once eval_window_s has passed after the switch it compares the
+mean reward since the switch.  Worse by more than revert_threshold: revert to
+the previous CCA and hold the tried one off for holdoff_s; otherwise confirm.
+Reverts and manual switches are not evaluated themselves (no ping-pong), and
+a revert is never blocked by dwell, hysteresis or the cap (it undoes harm).
+
+Times are wall-clock seconds from an injectable clock, so the state survives
+a restart of the daemon (:meth:`to_state`, :meth:`from_state`) and the unit
+tests run on a fake clock.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+CAP_WINDOW_S = 60.0
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    min_dwell_s: float = 5.0
+    margin: float = 0.05
+    consecutive: int = 3
+    max_switches_per_min: int = 4
+    eval_window_s: float = 3.0
+    revert_threshold: float = 0.1
+    holdoff_s: float = 60.0
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> GuardConfig:
+        return cls(**{k: m[k] for k in cls.__dataclass_fields__ if k in m})
+
+
+@dataclass
+class Verdict:
+    """The guard's answer for one flow on one decision."""
+
+    action: str  # "keep" | "switch" | "revert"
+    to: str  # the CCA after the action (== current for keep)
+    reason: str
+    best: str = ""  # what the policy preferred
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass
+class Evaluation:
+    """A policy switch under post-switch evaluation."""
+
+    at: float
+    prev: str
+    to: str
+    before: float  # mean reward over the window before the switch (NaN: unknown)
+    after_sum: float = 0.0
+    after_n: int = 0
+
+
+@dataclass
+class FlowGuard:
+    first_seen: float
+    original: str  # CCA when the daemon first saw the flow
+    last_switch: float = -math.inf
+    switches: deque[float] = field(default_factory=deque)
+    pin: str | None = None
+    holdoff: dict[str, float] = field(default_factory=dict)
+    streak_to: str = ""
+    streak: int = 0
+    evaluation: Evaluation | None = None
+    rewards: deque[tuple[float, float]] = field(default_factory=deque)  # (time, reward)
+    changed_by_us: bool = False
+
+
+class Guard:
+    def __init__(self, cfg: GuardConfig | None = None, clock: Callable[[], float] = time.time):
+        self.cfg = cfg or GuardConfig()
+        self.clock = clock
+        self.flows: dict[int, FlowGuard] = {}
+
+    # ------------------------------------------------------------ bookkeeping
+    def track(self, flow: int, cca: str) -> FlowGuard:
+        fg = self.flows.get(flow)
+        if fg is None:
+            fg = self.flows[flow] = FlowGuard(first_seen=self.clock(), original=cca)
+        return fg
+
+    def forget(self, alive: Iterable[int]) -> list[int]:
+        """Drop flows that are gone; returns their ids."""
+        keep = set(alive)
+        gone = [f for f in self.flows if f not in keep]
+        for f in gone:
+            del self.flows[f]
+        return gone
+
+    def age(self, flow: int) -> float:
+        fg = self.flows.get(flow)
+        return self.clock() - fg.first_seen if fg else 0.0
+
+    def pin(self, flow: int, cca: str, current: str) -> None:
+        fg = self.track(flow, current)
+        fg.pin = cca
+        fg.evaluation = None
+        fg.streak, fg.streak_to = 0, ""
+
+    def unpin(self, flow: int) -> bool:
+        fg = self.flows.get(flow)
+        if not fg or fg.pin is None:
+            return False
+        fg.pin = None
+        return True
+
+    # ------------------------------------------------------- rewards/evaluate
+    def observe(self, flow: int, cca: str, reward: float) -> Verdict | None:
+        """Record this tick's reward; returns a revert/confirm verdict when an evaluation ends."""
+        now = self.clock()
+        fg = self.track(flow, cca)
+        if not math.isnan(reward):
+            fg.rewards.append((now, reward))
+        horizon = now - max(self.cfg.eval_window_s, 0.0) - 1e-9
+        while fg.rewards and fg.rewards[0][0] < horizon:
+            fg.rewards.popleft()
+        ev = fg.evaluation
+        if ev is None:
+            return None
+        if not math.isnan(reward) and now > ev.at:
+            ev.after_sum += reward
+            ev.after_n += 1
+        if now - ev.at < self.cfg.eval_window_s:
+            return None
+        fg.evaluation = None
+        after = ev.after_sum / ev.after_n if ev.after_n else math.nan
+        if math.isnan(ev.before) or math.isnan(after):
+            return Verdict("keep", cca, f"confirmed {ev.prev}->{ev.to}: no reward to compare "
+                                        f"(before {ev.before:.3f}, after {after:.3f})", ev.to)
+        if after < ev.before - self.cfg.revert_threshold and cca == ev.to:
+            fg.holdoff[ev.to] = now + self.cfg.holdoff_s
+            return Verdict("revert", ev.prev, f"revert {ev.to}->{ev.prev}: reward {after:.3f} after the switch < "
+                                              f"{ev.before:.3f} before - {self.cfg.revert_threshold:g}; "
+                                              f"{ev.to} held off for {self.cfg.holdoff_s:g} s", ev.prev)
+        return Verdict("keep", cca, f"confirmed {ev.prev}->{ev.to}: reward {after:.3f} after vs {ev.before:.3f} "
+                                    "before", ev.to)
+
+    def _mean_before(self, fg: FlowGuard) -> float:
+        vals = [r for _, r in fg.rewards]
+        return sum(vals) / len(vals) if vals else math.nan
+
+    # ---------------------------------------------------------------- decide
+    def decide(self, flow: int, current: str, scores: Mapping[str, float]) -> Verdict:
+        """*scores*: the policy's score per allowed CCA (higher is better)."""
+        now = self.clock()
+        fg = self.track(flow, current)
+        c = self.cfg
+        if fg.pin is not None:
+            return Verdict("keep", current, f"pinned to {fg.pin} (manual override)", fg.pin)
+        for cca, until in list(fg.holdoff.items()):
+            if until <= now:
+                del fg.holdoff[cca]
+        cands = {k: v for k, v in scores.items() if k not in fg.holdoff and not math.isnan(v)}
+        if not cands:
+            return Verdict("keep", current, "no candidate (all held off or unscored)", current)
+        best = max(cands, key=lambda k: (cands[k], k == current))
+        if best == current:
+            fg.streak, fg.streak_to = 0, ""
+            return Verdict("keep", current, "policy prefers the current CCA", best)
+        cur = cands.get(current, -math.inf)
+        gain = cands[best] - cur
+        if gain < c.margin:
+            fg.streak, fg.streak_to = 0, ""
+            return Verdict("keep", current, f"{best} wins by {gain:.3f} < margin {c.margin:g}", best)
+        fg.streak = fg.streak + 1 if fg.streak_to == best else 1
+        fg.streak_to = best
+        gain_s = "inf" if math.isinf(gain) else f"{gain:.3f}"
+        if fg.streak < c.consecutive:
+            return Verdict("keep", current, f"hysteresis: {best} wins by {gain_s} ({fg.streak}/{c.consecutive})",
+                           best)
+        if fg.evaluation is not None:
+            return Verdict("keep", current, f"{best} preferred; post-switch evaluation of {fg.evaluation.to} "
+                                            "in progress", best)
+        since = now - fg.last_switch
+        if since < c.min_dwell_s:
+            return Verdict("keep", current, f"{best} preferred; dwell: {c.min_dwell_s - since:.1f} s left", best)
+        while fg.switches and fg.switches[0] <= now - CAP_WINDOW_S:
+            fg.switches.popleft()
+        if len(fg.switches) >= c.max_switches_per_min:
+            return Verdict("keep", current, f"{best} preferred; cap: {len(fg.switches)} switches in the last "
+                                            f"{CAP_WINDOW_S:g} s", best)
+        return Verdict("switch", best, f"{best} wins by {gain_s} over {current} on {fg.streak} decisions", best)
+
+    def would(self, flow: int | None, current: str, scores: Mapping[str, float]) -> Verdict:
+        """What :meth:`decide` would answer now if the scores held, without changing any state."""
+        saved = None
+        if flow is not None and flow in self.flows:
+            fg = self.flows[flow]
+            saved = (fg.streak, fg.streak_to, dict(fg.holdoff))
+        tmp = flow if flow is not None else -1
+        existed = tmp in self.flows
+        v = self.decide(tmp, current, scores)
+        if v.action == "keep" and v.reason.startswith("hysteresis"):
+            need = self.cfg.consecutive - self.flows[tmp].streak
+            v.reason += f"; would switch after {need} more decision(s) if the scores hold"
+        if not existed:
+            del self.flows[tmp]
+        elif saved is not None:
+            fg = self.flows[tmp]
+            fg.streak, fg.streak_to, fg.holdoff = saved[0], saved[1], saved[2]
+        return v
+
+    # --------------------------------------------------------------- applied
+    def applied(self, flow: int, prev: str, to: str, kind: str) -> None:
+        """A switch happened (kind: "policy", "revert" or "manual")."""
+        now = self.clock()
+        fg = self.track(flow, prev)
+        fg.last_switch = now
+        fg.switches.append(now)
+        fg.streak, fg.streak_to = 0, ""
+        fg.changed_by_us = True
+        if kind == "policy" and self.cfg.eval_window_s > 0:
+            fg.evaluation = Evaluation(at=now, prev=prev, to=to, before=self._mean_before(fg))
+        else:
+            fg.evaluation = None
+        fg.rewards.clear()  # the next comparison starts from the new algorithm
+
+    # ----------------------------------------------------------- persistence
+    def to_state(self) -> dict[str, Any]:
+        out = {}
+        for fid, fg in self.flows.items():
+            out[str(fid)] = {
+                "first_seen": fg.first_seen, "original": fg.original,
+                "last_switch": fg.last_switch if math.isfinite(fg.last_switch) else None,
+                "switches": list(fg.switches), "pin": fg.pin, "holdoff": fg.holdoff,
+                "changed_by_us": fg.changed_by_us,
+                "evaluation": asdict(fg.evaluation) if fg.evaluation else None,
+            }
+        return out
+
+    def from_state(self, state: Mapping[str, Any], alive: Sequence[int] | None = None) -> int:
+        """Restore flows (only *alive* ones when given); returns how many."""
+        keep = set(alive) if alive is not None else None
+        n = 0
+        for key, d in state.items():
+            fid = int(key)
+            if keep is not None and fid not in keep:
+                continue
+            ev = d.get("evaluation")
+            ev = Evaluation(**ev) if ev and isinstance(ev.get("before"), float | int) else None
+            self.flows[fid] = FlowGuard(
+                first_seen=float(d["first_seen"]), original=str(d["original"]),
+                last_switch=float(d["last_switch"]) if d.get("last_switch") is not None else -math.inf,
+                switches=deque(float(x) for x in d.get("switches", [])), pin=d.get("pin"),
+                holdoff={str(k): float(v) for k, v in d.get("holdoff", {}).items()},
+                changed_by_us=bool(d.get("changed_by_us")), evaluation=ev)
+            n += 1
+        return n
