@@ -19,11 +19,12 @@ from rich.table import Table
 
 from ccswitch.bpf.libbpf import BpfError
 from ccswitch.bpf.switcher import INHERIT_MODES, SwitchError
+from ccswitch.daemon.protocol import ENV_SOCKET, ProtocolError
 from ccswitch.host import HostError
 from ccswitch.sampler import check_interval
 
 console = Console()
-USER_ERRORS = (HostError, BpfError, SwitchError, ValueError, OSError)
+USER_ERRORS = (HostError, BpfError, SwitchError, ProtocolError, ValueError, OSError)
 
 FLOW_COLUMNS = (  # (header, field, format)
     ("flow", "flow_id", "{}"), ("local", None, None), ("remote", None, None),
@@ -81,15 +82,26 @@ def _in_netns(name: str | None) -> Iterator[None]:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--netns", metavar="NAME", help="Run inside network namespace NAME (/run/netns/NAME).")
+@click.option("--socket", metavar="PATH", envvar=ENV_SOCKET,
+              help="ccswitchd's control socket (default /run/ccswitch/ccswitchd.sock; env CCSWITCH_SOCKET).")
 @click.option("-v", "--verbose", is_flag=True, help="Log libbpf's messages.")
 @click.pass_context
-def cli(ctx: click.Context, netns: str | None, verbose: bool) -> None:
+def cli(ctx: click.Context, netns: str | None, socket: str | None, verbose: bool) -> None:
     """ccswitch: watch every TCP flow and switch its congestion control live."""
     import logging
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(name)s: %(message)s")
-    ctx.obj = {"netns": netns}
+    ctx.obj = {"netns": netns, "socket": socket}
+
+
+def _via_daemon(ctx: click.Context, op: str, **args: object) -> tuple[bool, object]:
+    """Ask a running ccswitchd; (False, None) when none runs (or --netns without --socket)."""
+    if ctx.obj["netns"] and not ctx.obj["socket"]:
+        return False, None
+    from ccswitch.daemon.commands import daemon_or_none
+
+    return daemon_or_none(ctx, op, **args)
 
 
 @cli.command()
@@ -99,8 +111,27 @@ def cli(ctx: click.Context, netns: str | None, verbose: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of FlowSample rows per interval.")
 @click.pass_context
 def flows(ctx: click.Context, interval: float, count: int, show_all: bool, as_json: bool) -> None:
-    """Live per-flow table: CCA, goodput, RTT, jitter, loss, cwnd."""
+    """Live per-flow table: CCA, goodput, RTT, jitter, loss, cwnd (from ccswitchd when it runs: + Q-values)."""
     from ccswitch.dataplane import DataPlane, install_signal_handlers
+
+    running, rows = _via_daemon(ctx, "flows")
+    if running:
+        from ccswitch.daemon.commands import daemon_flows_table
+
+        n = 0
+        while True:
+            assert isinstance(rows, list)
+            shown = rows if show_all else [r for r in rows if r["sent_segs"] or r["delivered_segs"] or r["sndq_bytes"]]
+            if as_json:
+                click.echo(json.dumps(shown))
+            else:
+                acts = next((list(r["q"]) for r in shown if r.get("q")), [])
+                console.print(daemon_flows_table(shown, acts))
+            n += 1
+            if count and n >= count:
+                return
+            time.sleep(interval)
+            _, rows = _via_daemon(ctx, "flows")
 
     check_interval(interval)
     install_signal_handlers()
@@ -127,8 +158,26 @@ def flows(ctx: click.Context, interval: float, count: int, show_all: bool, as_js
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def switch(ctx: click.Context, flow: int, cca: str, inherit: str, as_json: bool) -> None:
-    """Switch live flow FLOW (socket cookie, see `ccswitch flows`) to CCA."""
+    """Switch live flow FLOW (socket cookie, see `ccswitch flows`) to CCA.
+
+    With ccswitchd running this is a manual override: the flow stays pinned
+    to CCA (the daemon's guard keeps it) until `ccswitch switch FLOW auto`.
+    """
     from ccswitch.dataplane import DataPlane, install_signal_handlers
+
+    running, out = _via_daemon(ctx, "switch", flow=flow, cca=cca, inherit=inherit)
+    if running:
+        assert isinstance(out, dict)
+        if as_json:
+            click.echo(json.dumps(out))
+        elif cca == "auto":
+            click.echo(f"flow {flow}: pin released; ccswitchd decides again")
+        else:
+            click.echo(f"flow {flow}: {out['cca_before']} -> {out['cca_after']} ({out['inherit']}), pinned by "
+                       f"ccswitchd until `ccswitch switch {flow} auto`")
+        return
+    if cca == "auto":
+        raise SwitchError("'auto' releases a pin of the running daemon, and no ccswitchd answers here")
 
     install_signal_handlers()
     with _in_netns(ctx.obj["netns"]), DataPlane(monitor=False, pcc=cca == "pcc") as dp:
@@ -275,12 +324,15 @@ def testbed_cleanup(unowned: bool) -> None:
 
 # Traces, training and evaluation (issue 4): the commands live next to their code and
 # import numpy/pyarrow/TensorFlow only when they run.
+from ccswitch.daemon.commands import daemon, history, policy, status  # noqa: E402
 from ccswitch.datasets.commands import dataset  # noqa: E402
 from ccswitch.models.commands import evaluate_cmd, train_cmd  # noqa: E402
 
 cli.add_command(dataset)
 cli.add_command(train_cmd)
 cli.add_command(evaluate_cmd)
+for _cmd in (status, policy, history, daemon):
+    cli.add_command(_cmd)
 
 
 def main() -> None:

@@ -1,0 +1,252 @@
+"""The daemon-facing CLI commands: status, policy show/explain, history, daemon install.
+
+`ccswitch flows` and `ccswitch switch` (ccswitch/cli.py) also go through the
+daemon when one answers on the control socket (daemon_or_none).  The socket:
+`ccswitch --socket PATH`, else $CCSWITCH_SOCKET, else the default
+/run/ccswitch/ccswitchd.sock.  Every command takes --json.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ccswitch.daemon.protocol import NoDaemon, ProtocolError, request, socket_path
+
+console = Console()
+
+
+def sock_of(ctx: click.Context) -> str:
+    root = ctx.find_root()
+    return socket_path((root.obj or {}).get("socket"))
+
+
+def ask(ctx: click.Context, op: str, **args: Any) -> Any:
+    """A request that needs the daemon (NoDaemon -> a clear error)."""
+    path = sock_of(ctx)
+    try:
+        return request(path, op, **args)
+    except NoDaemon as e:
+        raise ProtocolError(f"{e}; start it (systemctl start ccswitchd, or ccswitchd --socket {path}) or point "
+                            "--socket / CCSWITCH_SOCKET at it") from None
+
+
+def daemon_or_none(ctx: click.Context, op: str, **args: Any) -> tuple[bool, Any]:
+    """(True, result) when a daemon answered, (False, None) when none runs; other errors raise."""
+    try:
+        return True, request(sock_of(ctx), op, **args)
+    except NoDaemon:
+        return False, None
+
+
+def _num(v: Any, fmt: str = "{:.2f}") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return fmt.format(v)
+
+
+def _ts(t: float | None) -> str:
+    return dt.datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3] if t else "-"
+
+
+# --------------------------------------------------------------------- status
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """The daemon: policy, tick timing, flows per CCA, switches, unfairness per path."""
+    st = ask(ctx, "status")
+    if as_json:
+        click.echo(json.dumps(st))
+        return
+    pol = st["policy"]
+    click.echo(f"ccswitchd pid {st['pid']}, up {st['uptime_s']:.0f} s, socket {st['socket']}, config {st['config']}")
+    click.echo(f"policy: {pol.get('kind')}" + (f" ({pol['file']}, {pol.get('checksum', '')[:19]})"
+                                               if pol.get("file") else "")
+               + (" [observe-only: never switches]" if st["observe_only"] else ""))
+    click.echo(f"tick {st['tick_s']:g} s, decisions every {st['decision_interval_s']:g} s, inherit {st['inherit']}, "
+               f"allowed: {' '.join(st['allowed'])}, pcc: {st['pcc']}")
+    click.echo(f"tick time ms: last {st['tick_ms_last']:.2f}, mean {st['tick_ms_mean']:.2f}, p50 "
+               f"{st['tick_ms_p50']:.2f}, p99 {st['tick_ms_p99']:.2f}, max {st['tick_ms_max']:.2f} "
+               f"over {st['ticks']} ticks")
+    per = ", ".join(f"{k} {v}" for k, v in sorted(st["flows_per_cca"].items())) or "none"
+    click.echo(f"flows: {st['flows']} ({per}); managed {st['managed']}, pinned {st['pinned']}")
+    click.echo(f"decisions {st['decisions']}, switches {st['switches']}, reverts {st['reverts']}, manual "
+               f"{st['manual']}, failed {st['failed']}")
+    for u in st.get("unfairness", []):
+        click.echo(f"path {u['path']}: {u['flows']} flows, Jain {u['jain']:.3f}, Thratio "
+                   f"{u['thratio_min']:.2f} .. {u['thratio_max']:.2f}")
+
+
+# ---------------------------------------------------------------------- flows
+def daemon_flows_table(rows: list[dict[str, Any]], actions: list[str]) -> Table:
+    t = Table(title=f"{len(rows)} flows (from ccswitchd)")
+    for h in ("flow", "remote", "cca", "thr Mb/s", "rtt ms", "jitter ms", "loss %", "Thratio",
+              *[f"Q {a}" for a in actions], "pin", "last decision"):
+        t.add_column(h, justify="left" if h in ("remote", "cca", "last decision", "pin") else "right")
+    for r in sorted(rows, key=lambda r: r["flow_id"]):
+        q = r.get("q") or {}
+        last = f"{r['last_action']}: {r['last_reason']}" if r.get("last_action") else "-"
+        t.add_row(str(r["flow_id"]), f"{r['dst']}:{r['dport']}", r["cca"], _num(r["throughput_bps"] and
+                  r["throughput_bps"] / 1e6), _num(r["rtt_us"] and r["rtt_us"] / 1e3),
+                  _num(r["jitter_us"] / 1e3 if r["jitter_us"] is not None else None),
+                  _num(r["loss_rate"] * 100 if r["loss_rate"] is not None else None), _num(r.get("thratio")),
+                  *[_num(q.get(a)) for a in actions], r.get("pinned") or "", last)
+    return t
+
+
+# --------------------------------------------------------------------- policy
+@click.group()
+def policy() -> None:
+    """Inspect the policy: model card, Q-values, what the guard would do."""
+
+
+def _offline_policy(path: str | None) -> Any:
+    from ccswitch.models.policy import load_policy
+
+    return load_policy(path)
+
+
+@policy.command("show")
+@click.option("--file", "path", type=click.Path(dir_okay=False), help="Policy file (default: the running daemon's, "
+              "else the shipped models/policy.json).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def policy_show(ctx: click.Context, path: str | None, as_json: bool) -> None:
+    """Model card: features, actions, network, normalisation, training hyperparameters and results."""
+    desc = None
+    if path is None:
+        _, desc = daemon_or_none(ctx, "policy_show")
+    if desc is None:
+        from ccswitch.daemon.policies import DqnDecider
+
+        desc = DqnDecider(_offline_policy(path)).describe()
+        desc["source"] = "file"
+    else:
+        desc["source"] = "daemon"
+    if as_json:
+        click.echo(json.dumps(desc))
+        return
+    click.echo(f"policy: {desc['kind']} (from the {desc['source']})")
+    for k in ("file", "checksum", "cca", "decides_with", "memory_s", "weights"):
+        if k in desc:
+            click.echo(f"{k}: {desc[k]}")
+    click.echo(f"actions: {' '.join(desc['actions'])}")
+    if "features" not in desc:
+        return
+    click.echo(f"network: {desc['activation']}, layers {' -> '.join(str(s) for s in desc['layers'])}")
+    click.echo(f"observation: {desc['n_features']} features, window {desc['window']} x {desc['interval_s']:g} s")
+    norm = desc["normalisation"]
+    for name, m, s in zip(norm["features"], norm["mean"], norm["std"], strict=True):
+        click.echo(f"  {name:<24} mean {m:9.3f}  std {s:8.3f}")
+    click.echo("  + " + " ".join(f for f in desc["features"] if not f.startswith("w")))
+    tr = desc.get("training") or {}
+    for k in ("created", "corpus", "corpus_captures", "episodes", "env_steps", "wall_time_s"):
+        if k in tr:
+            click.echo(f"{k}: {tr[k]}")
+    if "hyperparameters" in tr:
+        click.echo("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in tr["hyperparameters"].items()))
+    if "reward" in tr:
+        click.echo("reward: " + ", ".join(f"{k}={v}" for k, v in tr["reward"].items()))
+    if "heldout_eval" in tr:
+        click.echo("held-out evaluation: " + ", ".join(f"{k}={_num(v, '{:.3f}') if isinstance(v, float) else v}"
+                                                         for k, v in tr["heldout_eval"].items()))
+    if "versions" in tr:
+        click.echo("versions: " + ", ".join(f"{k} {v}" for k, v in tr["versions"].items()))
+
+
+@policy.command("explain")
+@click.option("--flow", type=int, help="A live flow (socket cookie) of the running daemon.")
+@click.option("--state", "state_text", metavar="K=V,...",
+              help="A hypothetical steady state, e.g. throughput_mbps=5,rtt_ms=80,cca=bbr,others=1,share=0.2")
+@click.option("--file", "path", type=click.Path(dir_okay=False), help="Policy file for --state without a daemon.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def policy_explain(ctx: click.Context, flow: int | None, state_text: str | None, path: str | None,
+                   as_json: bool) -> None:
+    """Q-values per CCA, the normalised features, and what the guard would do."""
+    from ccswitch.daemon.explain import STATE_KEYS, explain_state, parse_state
+
+    if (flow is None) == (state_text is None):
+        raise click.UsageError("give exactly one of --flow ID or --state K=V,... (keys: " + ", ".join(STATE_KEYS)
+                               + ")")
+    if flow is not None:
+        out = ask(ctx, "explain", flow=flow)
+    else:
+        state = parse_state(state_text or "")
+        running, out = (False, None) if path else daemon_or_none(ctx, "explain", state=state)
+        if not running:
+            from ccswitch.daemon.config import defaults
+            from ccswitch.daemon.guard import Guard, GuardConfig
+
+            pol = _offline_policy(path)
+            out = explain_state(pol, state)
+            g = Guard(GuardConfig.from_mapping(defaults().guard))
+            out["guard"] = g.would(None, out["cca"], out["q"]).as_dict()
+            out["guard"]["note"] = "no daemon: default guard settings, no flow history"
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    click.echo(f"flow {flow}" if flow is not None else f"state {out.get('state')}")
+    click.echo(f"current: {out['cca']}")
+    click.echo("Q-values: " + "  ".join(f"{a} {_num(v, '{:.3f}')}" for a, v in out["q"].items()))
+    g = out["guard"]
+    click.echo(f"guard: {g['action']} -> {g['to']} ({g['reason']})")
+    if out.get("features"):
+        click.echo("features (normalised):")
+        for k, v in out["features"].items():
+            click.echo(f"  {k:<32} {v:8.3f}")
+
+
+# -------------------------------------------------------------------- history
+@click.command()
+@click.option("--limit", default=50, show_default=True, help="Newest N records (0 = all kept).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def history(ctx: click.Context, limit: int, as_json: bool) -> None:
+    """Switches: time, flow, from, to, kind, reason, post-switch verdict."""
+    rows = ask(ctx, "history", limit=limit)
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    t = Table(title=f"{len(rows)} switches")
+    for h in ("time", "flow", "from", "to", "kind", "verdict", "reason"):
+        t.add_column(h)
+    for r in rows:
+        t.add_row(_ts(r["ts"]), str(r["flow"]), r["from"], r["to"], r["kind"], r.get("verdict", "-"), r["reason"])
+    console.print(t)
+
+
+# --------------------------------------------------------------------- daemon
+@click.group()
+def daemon() -> None:
+    """The ccswitchd service: install the unit and config, check a config."""
+
+
+@daemon.command("install")
+@click.option("--root", default="/", show_default=True, help="Install below this directory (packaging, tests).")
+def daemon_install(root: str) -> None:
+    """Place the systemd unit and the default config (idempotent; never overwrites a modified config)."""
+    from pathlib import Path
+
+    from ccswitch.daemon.install import install
+
+    for line in install(Path(root)):
+        click.echo(line)
+
+
+@daemon.command("check-config")
+@click.argument("file", required=False, type=click.Path(dir_okay=False))
+def daemon_check_config(file: str | None) -> None:
+    """Validate a config file (default /etc/ccswitch/ccswitch.toml): one line per problem."""
+    import sys
+
+    from ccswitch.daemon.main import main as daemon_main
+
+    sys.exit(daemon_main(["--check-config", *(["--config", file] if file else [])]))
