@@ -770,14 +770,14 @@ def _daemon(top: _Table, clients: int, ccas: Sequence[str], err: _Err) -> Daemon
 
 
 def default_ccas() -> list[str]:
-    """CCAs a scenario may use here: the kernel's list plus ccswitch's BPF PCC."""
+    """CCAs a scenario may use here: the kernel's list plus ccswitch's BPF PCC and Prague."""
     from ccswitch.host import available_ccas
 
     try:
         found = set(available_ccas())
     except OSError:
         found = set(FALLBACK_CCAS)
-    return sorted(found | {"pcc"})
+    return sorted(found | {"pcc", "prague"})
 
 
 def parse_scenario(text: str, where: str = "scenario", *, base_dir: Path | None = None,
