@@ -143,11 +143,11 @@ class HeuristicDecider(Decider):
             if not on.any():
                 continue
             g = np.bincount(group[on], minlength=group.max() + 1 if n else 0)
+            miss = np.isnan(mem[:, j, 0])
             for k, v in enumerate((thr, rtt, loss)):
                 s = np.bincount(group[on], weights=np.nan_to_num(v[on], nan=0.0), minlength=len(g))
                 with np.errstate(invalid="ignore", divide="ignore"):
                     mean = np.where(g > 0, s / np.maximum(g, 1), np.nan)[group]
-                miss = np.isnan(mem[:, j, 0])
                 mem[miss, j, k] = mean[miss]
         return Scores(ids, eval_scores_batch(mem[..., 0], mem[..., 1], mem[..., 2]))
 

@@ -1,0 +1,289 @@
+"""Unit tests of the daemon's pure parts: guard (fake clock), config, aggregation, reward, heuristic, recorder.
+
+The guard's real counterpart (a real flow switched by a running daemon) is
+tests/test_daemon.py::test_daemon_switches_a_real_flow_and_respects_a_manual_pin.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ccswitch.daemon.aggregate import aggregate
+from ccswitch.daemon.config import ConfigError, load_config, parse_config, render_default
+from ccswitch.daemon.guard import Guard, GuardConfig
+from ccswitch.daemon.policies import HeuristicDecider, build_decider, eval_scores_batch
+from ccswitch.daemon.recorder import Recorder, RecordError
+from ccswitch.daemon.unfairness import fairness, rewards
+from ccswitch.envs.reward import RewardConfig, eval_scores, reward
+from ccswitch.models.policy import PolicyError
+from ccswitch.schema import FLOW_SAMPLE_SCHEMA
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def guard(**kw: float) -> tuple[Guard, Clock]:
+    c = Clock()
+    base = {"min_dwell_s": 5.0, "margin": 0.1, "consecutive": 3, "max_switches_per_min": 2, "eval_window_s": 3.0,
+            "revert_threshold": 0.1, "holdoff_s": 30.0}
+    return Guard(GuardConfig(**{**base, **kw}), clock=c), c
+
+
+WANT_BBR = {"cubic": 1.0, "bbr": 2.0}
+
+
+def test_hysteresis_needs_consecutive_wins_by_the_margin() -> None:
+    # a tick where bbr only wins by less than the margin restarts the streak
+    g2, _ = guard(eval_window_s=0)
+    v = [g2.decide(1, "cubic", WANT_BBR).reason for _ in range(2)]
+    assert v[0].endswith("(1/3)") and v[1].endswith("(2/3)")
+    assert "margin" in g2.decide(1, "cubic", {"cubic": 1.0, "bbr": 1.05}).reason
+    assert g2.decide(1, "cubic", WANT_BBR).reason.endswith("(1/3)")
+    assert g2.decide(1, "cubic", WANT_BBR).action == "keep"
+    v3 = g2.decide(1, "cubic", WANT_BBR)
+    assert (v3.action, v3.to) == ("switch", "bbr")
+
+
+def test_dwell_blocks_until_min_dwell_after_a_switch() -> None:
+    g, c = guard(eval_window_s=0, consecutive=1)
+    assert g.decide(1, "cubic", WANT_BBR).action == "switch"
+    g.applied(1, "cubic", "bbr", "policy")
+    c.t += 4.9
+    v = g.decide(1, "bbr", {"cubic": 2.0, "bbr": 1.0})
+    assert v.action == "keep" and "dwell" in v.reason
+    c.t += 0.2
+    assert g.decide(1, "bbr", {"cubic": 2.0, "bbr": 1.0}).action == "switch"
+
+
+def test_cap_limits_switches_per_minute() -> None:
+    g, c = guard(eval_window_s=0, consecutive=1, min_dwell_s=0, max_switches_per_min=2)
+    cur = "cubic"
+    for _ in range(2):
+        other = "bbr" if cur == "cubic" else "cubic"
+        v = g.decide(1, cur, {cur: 0.0, other: 1.0})
+        assert v.action == "switch"
+        g.applied(1, cur, other, "policy")
+        cur = other
+        c.t += 10
+    other = "bbr" if cur == "cubic" else "cubic"
+    v = g.decide(1, cur, {cur: 0.0, other: 1.0})
+    assert v.action == "keep" and "cap" in v.reason
+    c.t += 41  # the first switch leaves the 60 s window
+    assert g.decide(1, cur, {cur: 0.0, other: 1.0}).action == "switch"
+
+
+def test_post_switch_evaluation_reverts_and_holds_the_choice_off() -> None:
+    g, c = guard(consecutive=1, min_dwell_s=0)
+    for _ in range(3):  # before: reward 1.0
+        g.observe(1, "cubic", 1.0)
+        c.t += 1
+    assert g.decide(1, "cubic", WANT_BBR).action == "switch"
+    g.applied(1, "cubic", "bbr", "policy")
+    v = None
+    for _ in range(3):  # after: reward 0.5 -> worse by 0.5 > 0.1
+        c.t += 1
+        v = g.observe(1, "bbr", 0.5)
+    assert v is not None and (v.action, v.to) == ("revert", "cubic"), v
+    g.applied(1, "bbr", "cubic", "revert")
+    # bbr is held off: even a strong preference keeps cubic
+    c.t += 10
+    v = g.decide(1, "cubic", {"cubic": 0.0, "bbr": 5.0})
+    assert v.action == "keep" and v.reason == "policy prefers the current CCA"
+    c.t += 25  # hold-off (30 s) over, but both switches are still inside the cap's 60 s
+    assert "cap" in g.decide(1, "cubic", {"cubic": 0.0, "bbr": 5.0}).reason
+    c.t += 30
+    assert g.decide(1, "cubic", {"cubic": 0.0, "bbr": 5.0}).action == "switch"
+
+
+def test_post_switch_evaluation_confirms_when_not_worse() -> None:
+    g, c = guard(consecutive=1, min_dwell_s=0)
+    g.observe(1, "cubic", 1.0)
+    g.applied(1, "cubic", "bbr", "policy")
+    # evaluation in progress blocks further switching
+    assert "evaluation" in g.decide(1, "bbr", {"bbr": 0.0, "pcc": 1.0}).reason
+    v = None
+    for _ in range(3):
+        c.t += 1
+        v = g.observe(1, "bbr", 0.95)  # worse by 0.05 < threshold 0.1
+    assert v is not None and v.action == "keep" and v.reason.startswith("confirmed")
+
+
+def test_pin_overrides_the_policy_and_state_survives_a_restart() -> None:
+    g, c = guard(consecutive=1, min_dwell_s=0)
+    g.pin(7, "pcc", "cubic")
+    g.applied(7, "cubic", "pcc", "manual")
+    assert g.decide(7, "pcc", {"pcc": 0.0, "cubic": 9.0}).reason.startswith("pinned")
+    g.applied(8, "cubic", "bbr", "policy")
+    state = json.loads(json.dumps(g.to_state()))
+    g2 = Guard(g.cfg, clock=c)
+    assert g2.from_state(state, alive=[7, 8]) == 2
+    assert g2.decide(7, "pcc", {"pcc": 0.0, "cubic": 9.0}).reason.startswith("pinned")
+    assert g2.flows[8].last_switch == c.t and g2.flows[8].evaluation is not None  # no second switch right away
+    assert g2.unpin(7) and g2.decide(7, "pcc", {"pcc": 0.0, "cubic": 9.0}).action == "switch"
+
+
+def test_unscored_current_cca_is_replaced() -> None:
+    g, _ = guard(consecutive=1)
+    v = g.decide(1, "reno", {"cubic": 0.5, "bbr": 0.2})
+    assert (v.action, v.to) == ("switch", "cubic")
+
+
+# ----------------------------------------------------------------- config
+def test_default_config_file_matches_the_schema() -> None:
+    assert (REPO / "daemon" / "ccswitch.toml").read_text() == render_default()
+    cfg = load_config(REPO / "daemon" / "ccswitch.toml")
+    assert cfg.get("daemon.tick_s") == 0.2 and cfg.policy["kind"] == "dqn"
+
+
+def test_config_errors_name_every_bad_key(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text('[guard]\nmin_dwell_s = -1\nmargn = 1\n[policy]\nkind = "magic"\n[bogus]\nx = 1\n'
+                 '[flows]\nports = [0]\ndst_prefixes = ["10.0.0.0/33"]\n[daemon]\ntick_s = "fast"\n')
+    with pytest.raises(ConfigError) as e:
+        load_config(f)
+    text = "\n".join(e.value.problems)
+    for key in ("guard.min_dwell_s: must be >= 0", "guard.margn: unknown key", "policy.kind: must be one of",
+                "bogus: unknown section", "flows.ports:", "flows.dst_prefixes:", "daemon.tick_s: must be a number"):
+        assert key in text, text
+    assert len(e.value.problems) == 7
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        f.write_text("[guard\n")
+        load_config(f)
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config(tmp_path / "missing.toml")
+    assert parse_config({}).get("guard.consecutive") == 3
+
+
+def test_check_config_cli(tmp_path: Path) -> None:
+    """`ccswitchd --check-config`: exit 0 and a summary, or exit 1 and one line per problem."""
+    good = tmp_path / "good.toml"
+    good.write_text('[policy]\nkind = "heuristic"\n')
+    run = [sys.executable, "-m", "ccswitch.daemon.main", "--check-config", "--config"]
+    ok = subprocess.run([*run, str(good)], capture_output=True, text=True)
+    assert ok.returncode == 0 and "is valid; policy: heuristic" in ok.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[guard]\nconsecutive = 0\n[log]\nlevel = "loud"\n')
+    cp = subprocess.run([*run, str(bad)], capture_output=True, text=True)
+    lines = cp.stderr.strip().splitlines()
+    assert cp.returncode == 1 and len(lines) == 2, cp.stderr
+    assert all(ln.startswith(f"ccswitchd: error: {bad}: ") for ln in lines)
+    assert "guard.consecutive" in lines[0] and "log.level" in lines[1]
+
+
+def test_bad_policy_file_refuses_unless_a_fallback_is_named(tmp_path: Path) -> None:
+    corrupt = tmp_path / "p.json"
+    corrupt.write_text((REPO / "models" / "policy.json").read_text().replace('"relu"', '"tanh"', 1))
+    cfg = parse_config({"policy": {"file": str(corrupt)}})
+    with pytest.raises(PolicyError, match=r"checksum mismatch.*policy\.fallback"):
+        build_decider(dict(cfg.policy))
+    cfg = parse_config({"policy": {"file": str(tmp_path / "none.json"), "fallback": "heuristic"}})
+    dec, warning = build_decider(dict(cfg.policy))
+    assert dec.kind == "heuristic" and warning and "no such file" in warning
+    cp = subprocess.run([sys.executable, "-m", "ccswitch.daemon.main", "--check-config", "--config",
+                         str(_write(tmp_path / "c.toml", f'[policy]\nfile = "{corrupt}"\n'))],
+                        capture_output=True, text=True)
+    assert cp.returncode == 1 and cp.stderr.count("\n") == 1 and "checksum mismatch" in cp.stderr
+
+
+def _write(p: Path, text: str) -> Path:
+    p.write_text(text)
+    return p
+
+
+# --------------------------------------------------------- data functions
+def _table(rows: list[dict]) -> pa.Table:
+    base = {f.name: (0.0 if pa.types.is_floating(f.type) else ("" if pa.types.is_string(f.type) else 0))
+            for f in FLOW_SAMPLE_SCHEMA}
+    return pa.Table.from_pylist([{**base, **r} for r in rows], schema=FLOW_SAMPLE_SCHEMA)
+
+
+def test_aggregate_means_over_time_and_sums_counters() -> None:
+    t = _table([
+        {"flow_id": 1, "interval_s": 0.2, "throughput_bps": 10e6, "sent_segs": 100, "retrans_segs": 0,
+         "rtt_us": 1000.0, "jitter_us": 100.0, "rtt_samples": 11, "cca": "cubic"},
+        {"flow_id": 2, "interval_s": 0.2, "throughput_bps": 1e6, "sent_segs": 10, "cca": "bbr", "jitter_us": math.nan},
+        {"flow_id": 1, "interval_s": 0.6, "throughput_bps": 20e6, "sent_segs": 100, "retrans_segs": 10,
+         "rtt_us": 3000.0, "jitter_us": 300.0, "rtt_samples": 31, "cca": "bbr"},
+    ])
+    a = {r["flow_id"]: r for r in aggregate(t).to_pylist()}
+    assert a[1]["interval_s"] == pytest.approx(0.8)
+    assert a[1]["throughput_bps"] == pytest.approx((10e6 * 0.2 + 20e6 * 0.6) / 0.8)
+    assert a[1]["sent_segs"] == 200 and a[1]["loss_rate"] == pytest.approx(10 / 200)
+    assert a[1]["rtt_us"] == 3000.0 and a[1]["cca"] == "bbr"  # newest state
+    assert a[1]["jitter_us"] == pytest.approx((100 * 10 + 300 * 30) / 40)
+    assert a[2]["throughput_bps"] == 1e6 and math.isnan(a[2]["jitter_us"])
+
+
+def test_vectorised_reward_equals_envs_reward() -> None:
+    t = _table([
+        {"flow_id": 1, "dst": "10.0.0.2", "throughput_bps": 30e6, "rtt_us": 20e3, "loss_rate": 0.01,
+         "sndq_bytes": 1},
+        {"flow_id": 2, "dst": "10.0.0.2", "throughput_bps": 10e6, "rtt_us": 25e3, "loss_rate": 0.0, "sndq_bytes": 1},
+        {"flow_id": 3, "dst": "10.0.0.9", "throughput_bps": 5e6, "rtt_us": math.nan, "loss_rate": 0.0,
+         "sndq_bytes": 1},
+    ])
+    f = fairness(t, "dst")
+    assert f.thratio[:2] == pytest.approx([1.5, 0.5]) and f.thratio[2] == 1.0
+    jain = 40 ** 2 / (2 * (30 ** 2 + 10 ** 2))
+    assert f.jain[:2] == pytest.approx([jain, jain]) and f.jain[2] == 1.0
+    cfg = RewardConfig()
+    got = rewards(cfg, t, f)
+    want = [reward(cfg, throughput_mbps=30, rtt_ms=20, loss=0.01, jain=jain)[0],
+            reward(cfg, throughput_mbps=10, rtt_ms=25, loss=0.0, jain=jain)[0],
+            reward(cfg, throughput_mbps=5, rtt_ms=math.nan, loss=0.0, jain=1.0)[0]]
+    assert got == pytest.approx(want)
+    assert fairness(t, "host").jain[2] < 1.0  # all three compete when grouped per host
+
+
+def test_batched_eval_scores_equal_paper_function() -> None:
+    rng = np.random.default_rng(3)
+    thr, rtt, loss = rng.uniform(0, 50, (20, 3)), rng.uniform(1, 100, (20, 3)), rng.uniform(0, 0.05, (20, 3))
+    got = eval_scores_batch(thr, rtt, loss)
+    for i in range(20):
+        assert got[i] == pytest.approx(eval_scores(thr[i], rtt[i], loss[i]))
+    thr[0, 2] = np.nan
+    assert np.isnan(eval_scores_batch(thr, rtt, loss)[0, 2])
+
+
+def test_heuristic_scores_only_what_it_has_seen() -> None:
+    h = HeuristicDecider(memory_s=10)
+    t = _table([{"flow_id": 1, "dst": "a", "throughput_bps": 10e6, "rtt_us": 10e3, "cca": "cubic"},
+                {"flow_id": 2, "dst": "a", "throughput_bps": 30e6, "rtt_us": 10e3, "cca": "bbr"}])
+    s = h.scores(t, np.zeros(2, dtype=np.int64), now=0.0)
+    # flow 1 sees bbr through flow 2 on the same path: bbr scores higher; pcc unknown
+    assert s.values[0, 1] > s.values[0, 0] and np.isnan(s.values[0, 2])
+    # later the flow's own memory of bbr wins over the path mean; stale memories are dropped
+    t2 = _table([{"flow_id": 1, "dst": "a", "throughput_bps": 5e6, "rtt_us": 10e3, "cca": "bbr"}])
+    s2 = h.scores(t2, np.zeros(1, dtype=np.int64), now=20.0)
+    assert np.isnan(s2.values[0, 0]) and s2.values[0, 1] == pytest.approx(1.0)
+
+
+def test_recorder_refuses_an_existing_record_and_writes_readable_files(tmp_path: Path) -> None:
+    rec = tmp_path / "r.parquet"
+    with Recorder(rec, tmp_path / "d.jsonl") as r:
+        r.samples(_table([{"flow_id": 1}]))
+        r.samples(FLOW_SAMPLE_SCHEMA.empty_table())
+        r.samples(_table([{"flow_id": 2}]))
+        r.decision({"flow": 1, "q": {"cubic": math.nan}})
+    t = pq.read_table(rec)
+    assert t.schema.equals(FLOW_SAMPLE_SCHEMA) and t.num_rows == 2
+    assert pq.ParquetFile(rec).num_row_groups == 2
+    assert json.loads((tmp_path / "d.jsonl").read_text()) == {"flow": 1, "q": {"cubic": None}}
+    with pytest.raises(RecordError, match="exists"):
+        Recorder(rec)
