@@ -19,6 +19,8 @@ A scenario is a TOML file (examples in ``testbed/scenarios/``)::
     rate_mbit = 100                      # IP bytes; or trace = "file" (Mahimahi, relative to this file)
     delay_ms = 2.0                       # one-way delay
     qdisc = { kind = "pfifo", limit_pkts = 50 }    # or { kind = "codel", target_ms, interval_ms, ... }
+                                         # or { kind = "dualpi2", target_ms = 15, ... } (RFC 9332;
+                                         # fields: see DualPi2 below and testbed/linkemu/README.md)
     loss = { model = "bernoulli", p = 0.001 }      # optional; or { model = "gilbert", p_gb, p_bg, ... }
     overhead_bytes = 14                  # optional, charged per packet
     [link.downlink]                      # server -> client; default: the uplink without its loss
@@ -85,6 +87,7 @@ __all__ = [
     "Codel",
     "DaemonSettings",
     "Dist",
+    "DualPi2",
     "Flow",
     "GilbertLoss",
     "Link",
@@ -182,6 +185,45 @@ class Codel:
 
 
 @dataclass(frozen=True)
+class DualPi2:
+    """DualPI2 (RFC 9332) in linkemu; None fields take linkemu's defaults (Linux sch_dualpi2's).
+
+    Classic PI: ``target_ms`` 15, ``tupdate_ms`` 16, ``alpha_hz`` 0.16, ``beta_hz`` 3.2;
+    coupling ``k`` 2; native L4S AQM: a step at ``l_min_th_ms`` 1 (a ramp up to
+    ``l_max_th_ms``), only with >= ``l_min_qlen_pkts`` 1 other L packets queued;
+    ``classifier`` "ecn" (ECT(1)/CE -> L) or "dscp" (``l_dscp`` values -> L);
+    ``scheduler`` "wrr" (``c_weight_pct`` 10) or "tsfifo" (``tshift_ms`` 50);
+    ``drop_on_overload`` true; ``limit_pkts`` 10000 in both queues.
+    """
+
+    limit_pkts: int | None = None
+    target_ms: float | None = None
+    tupdate_ms: float | None = None
+    alpha_hz: float | None = None
+    beta_hz: float | None = None
+    k: float | None = None
+    l_min_th_ms: float | None = None
+    l_max_th_ms: float | None = None
+    l_min_qlen_pkts: int | None = None
+    classifier: str | None = None
+    l_dscp: tuple[int, ...] | None = None
+    scheduler: str | None = None
+    c_weight_pct: float | None = None
+    tshift_ms: float | None = None
+    drop_on_overload: bool | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        cfg: dict[str, Any] = {"kind": "dualpi2", **_present(self)}
+        if self.l_dscp is not None:
+            cfg["l_dscp"] = list(self.l_dscp)
+        return cfg
+
+
+DUALPI2_CLASSIFIERS = ("ecn", "dscp")
+DUALPI2_SCHEDULERS = ("wrr", "tsfifo")
+
+
+@dataclass(frozen=True)
 class LinkDir:
     """One direction of the emulated link (linkemu's ``uplink`` / ``downlink``)."""
 
@@ -192,7 +234,7 @@ class LinkDir:
     delay_ms: float = 0.0
     """One-way propagation delay after the bottleneck."""
     loss: BernoulliLoss | GilbertLoss | None = None
-    qdisc: Pfifo | Codel | None = None
+    qdisc: Pfifo | Codel | DualPi2 | None = None
     """None: linkemu's default (pfifo, 1000 packets)."""
     overhead_bytes: int | None = None
     """Bytes added to each IP packet when charging it to the rate."""
@@ -207,6 +249,8 @@ class LinkDir:
 
     @property
     def queue_limit_pkts(self) -> int:
+        if isinstance(self.qdisc, DualPi2):
+            return self.qdisc.limit_pkts if self.qdisc.limit_pkts is not None else 10_000
         return self.qdisc.limit_pkts if self.qdisc is not None else Pfifo().limit_pkts
 
 
@@ -548,8 +592,40 @@ def _loss(t: _Table) -> BernoulliLoss | GilbertLoss:
     return GilbertLoss(p_gb, p_bg, loss_good, 1.0 if loss_bad is None else loss_bad)
 
 
-def _qdisc(t: _Table) -> Pfifo | Codel:
-    kind = t.string("kind", required=True, choices=("pfifo", "codel"))
+def _dualpi2(t: _Table) -> DualPi2:
+    """The dualpi2 qdisc table; ranges as linkemu checks them (config.rs DualPi2::validate)."""
+    v = _optional(t, {"limit_pkts": ("int", 1, 10_000_000), "target_ms": ("pos", None, 60_000.0),
+                      "tupdate_ms": ("num", 0.1, 60_000.0), "alpha_hz": ("pos", None, 1e9),
+                      "beta_hz": ("num", 0.0, 1e9), "k": ("num", 0.5, 64.0),
+                      "l_min_th_ms": ("num", 0.0, 60_000.0), "l_max_th_ms": ("num", 0.0, 60_000.0),
+                      "l_min_qlen_pkts": ("int", 0, 10_000_000), "c_weight_pct": ("num", 0.0, 100.0),
+                      "tshift_ms": ("num", 0.0, 60_000.0), "drop_on_overload": ("bool", None, None)})
+    lo = v.get("l_min_th_ms", 1.0)
+    if "l_max_th_ms" in v and v["l_max_th_ms"] < lo:
+        t.err(t.here("l_max_th_ms"), f"must be >= l_min_th_ms ({lo:g}), got {v['l_max_th_ms']:g}")
+    classifier = t.string("classifier", None, choices=DUALPI2_CLASSIFIERS)
+    scheduler = t.string("scheduler", None, choices=DUALPI2_SCHEDULERS)
+    dscp: tuple[int, ...] | None = None
+    if t.has("l_dscp"):
+        raw = t.array("l_dscp")
+        for i, d in enumerate(raw):
+            if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= 63:
+                t.err(f"{t.here('l_dscp')}[{i}]", f"must be a DSCP value 0..63, got {d!r}")
+        dscp = tuple(raw)
+    else:
+        t.used.add("l_dscp")
+    if classifier == "dscp" and not dscp:
+        t.err(t.here("l_dscp"), 'classifier = "dscp" needs at least one DSCP value (0..63)')
+    if dscp is not None and classifier != "dscp":
+        t.err(t.here("l_dscp"), 'only used with classifier = "dscp" (remove it or set the classifier)')
+    t.done()
+    return DualPi2(classifier=classifier, scheduler=scheduler, l_dscp=dscp, **v)
+
+
+def _qdisc(t: _Table) -> Pfifo | Codel | DualPi2:
+    kind = t.string("kind", required=True, choices=("pfifo", "codel", "dualpi2"))
+    if kind == "dualpi2":
+        return _dualpi2(t)
     limit = int(t.integer("limit_pkts", 1000, lo=1, hi=10_000_000) or 1000)
     if kind == "pfifo":
         q: Pfifo | Codel = Pfifo(limit)
@@ -634,7 +710,10 @@ def _wifi(t: _Table, clients: int) -> Wifi:
                                             "mpdu_overhead_bytes": ("int", 0, 1024)}))
         pt.done()
     qt = t.table("queue")
-    wifi = Wifi(tuple(stations), agg, acc, phy, _qdisc(qt) if qt is not None else None)
+    queue = _qdisc(qt) if qt is not None else None
+    if isinstance(queue, DualPi2):
+        t.err(f"{t.here('queue')}.kind", "dualpi2 is supported on link.uplink/downlink only, not WiFi queues")
+    wifi = Wifi(tuple(stations), agg, acc, phy, queue)
     t.done()
     return wifi
 

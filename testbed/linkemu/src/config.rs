@@ -147,7 +147,7 @@ fn one() -> f64 {
     1.0
 }
 
-/// Queue discipline: `{"kind": "pfifo", ...}` or `{"kind": "codel", ...}`.
+/// Queue discipline: `{"kind": "pfifo", ...}`, `{"kind": "codel", ...}` or `{"kind": "dualpi2", ...}`.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind")]
 pub enum QdiscConfig {
@@ -155,6 +155,8 @@ pub enum QdiscConfig {
     Pfifo(Pfifo),
     #[serde(rename = "codel")]
     Codel(Codel),
+    #[serde(rename = "dualpi2")]
+    DualPi2(DualPi2),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -177,12 +179,108 @@ pub struct Codel {
     pub ecn: bool,
 }
 
+/// DualPI2 (RFC 9332), see `qdisc/dualpi2.rs` for the algorithm.  Defaults
+/// are Linux sch_dualpi2's (which follow the RFC's Appendix A).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DualPi2 {
+    /// Packets in both queues together before tail drop (Linux: 10000).
+    #[serde(default = "dualpi2_limit")]
+    pub limit_pkts: usize,
+    /// Classic queue delay target of the PI controller.
+    #[serde(default = "dualpi2_target")]
+    pub target_ms: f64,
+    /// PI update interval.
+    #[serde(default = "dualpi2_tupdate")]
+    pub tupdate_ms: f64,
+    /// Integral gain: p' += alpha_hz * (qdelay - target) per update (delays in s).
+    #[serde(default = "dualpi2_alpha")]
+    pub alpha_hz: f64,
+    /// Proportional gain: p' += beta_hz * (qdelay - previous qdelay) per update.
+    #[serde(default = "dualpi2_beta")]
+    pub beta_hz: f64,
+    /// Coupling factor: p_CL = k * p'.
+    #[serde(default = "dualpi2_k")]
+    pub k: f64,
+    /// Native L4S AQM: marking starts above this sojourn (a step when equal to l_max_th_ms).
+    #[serde(default = "dualpi2_l_th")]
+    pub l_min_th_ms: f64,
+    /// Native L4S AQM: every packet marked at or above this sojourn (ramp between
+    /// the two thresholds); null: equal to l_min_th_ms (a step).
+    #[serde(default)]
+    pub l_max_th_ms: Option<f64>,
+    /// The native L4S AQM only marks while the L queue holds at least this many
+    /// packets besides the one leaving (RFC 9332's Th_len; Linux's min_qlen_step).
+    #[serde(default = "dualpi2_l_min_qlen")]
+    pub l_min_qlen_pkts: usize,
+    /// How packets are sorted into the L queue: "ecn" (ECT(1) and CE) or
+    /// "dscp" (the DSCP values in `l_dscp`, whatever their ECN field).
+    #[serde(default = "dualpi2_classifier")]
+    pub classifier: String,
+    /// DSCP values (0..63) that go to the L queue with classifier "dscp".
+    #[serde(default)]
+    pub l_dscp: Vec<u8>,
+    /// Scheduler between the queues: "wrr" (Linux's weighted round robin with
+    /// credit, C weight `c_weight_pct`) or "tsfifo" (RFC 9332's time-shifted FIFO).
+    #[serde(default = "dualpi2_scheduler")]
+    pub scheduler: String,
+    /// WRR: share of the C queue when both queues are backlogged (Linux c_protection: 10).
+    #[serde(default = "dualpi2_c_weight")]
+    pub c_weight_pct: f64,
+    /// TS-FIFO: the L queue is served unless the C head has waited tshift longer than the L head.
+    #[serde(default = "dualpi2_tshift")]
+    pub tshift_ms: f64,
+    /// When p_CL would exceed 1 (p_C > 1/k^2): drop instead of marking, in both
+    /// queues (RFC 9332 section 4.2.1; Linux drop_overload).  false: cap p' at 1/k
+    /// and keep marking, letting the queues grow up to the limit.
+    #[serde(default = "yes")]
+    pub drop_on_overload: bool,
+}
+
+fn dualpi2_limit() -> usize {
+    10_000
+}
+fn dualpi2_target() -> f64 {
+    15.0
+}
+fn dualpi2_tupdate() -> f64 {
+    16.0
+}
+fn dualpi2_alpha() -> f64 {
+    0.16
+}
+fn dualpi2_beta() -> f64 {
+    3.2
+}
+fn dualpi2_k() -> f64 {
+    2.0
+}
+fn dualpi2_l_th() -> f64 {
+    1.0
+}
+fn dualpi2_l_min_qlen() -> usize {
+    1
+}
+fn dualpi2_classifier() -> String {
+    "ecn".into()
+}
+fn dualpi2_scheduler() -> String {
+    "wrr".into()
+}
+fn dualpi2_c_weight() -> f64 {
+    10.0
+}
+fn dualpi2_tshift() -> f64 {
+    50.0
+}
+
 impl<'de> Deserialize<'de> for QdiscConfig {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (tag, v) = split_tag::<D::Error>(Value::deserialize(d)?, "kind", &["pfifo", "codel"])?;
+        let (tag, v) = split_tag::<D::Error>(Value::deserialize(d)?, "kind", &["pfifo", "codel", "dualpi2"])?;
         Ok(match tag.as_str() {
             "pfifo" => QdiscConfig::Pfifo(sub(v)?),
-            _ => QdiscConfig::Codel(sub(v)?),
+            "codel" => QdiscConfig::Codel(sub(v)?),
+            _ => QdiscConfig::DualPi2(sub(v)?),
         })
     }
 }
@@ -700,7 +798,90 @@ impl QdiscConfig {
                     return Err(ConfigError::new(format!("{at}.limit_pkts"), "must be 1..10000000"));
                 }
             }
+            QdiscConfig::DualPi2(q) => q.validate(at)?,
         }
+        Ok(())
+    }
+}
+
+impl DualPi2 {
+    fn validate(&self, at: &str) -> Result<(), ConfigError> {
+        let f = |name: &str| format!("{at}.{name}");
+        if self.limit_pkts == 0 || self.limit_pkts > 10_000_000 {
+            return Err(ConfigError::new(f("limit_pkts"), "must be 1..10000000"));
+        }
+        let ms_range = |name: &str, v: f64, lo_open: bool| -> Result<(), ConfigError> {
+            let ok = v.is_finite() && v <= 60_000.0 && if lo_open { v > 0.0 } else { v >= 0.0 };
+            if ok {
+                Ok(())
+            } else {
+                let lo = if lo_open { "> 0" } else { ">= 0" };
+                Err(ConfigError::new(f(name), format!("must be {lo} and <= 60000 (ms), got {v}")))
+            }
+        };
+        ms_range("target_ms", self.target_ms, true)?;
+        ms_range("tupdate_ms", self.tupdate_ms, true)?;
+        if self.tupdate_ms < 0.1 {
+            return Err(ConfigError::new(f("tupdate_ms"), format!("must be >= 0.1 ms, got {}", self.tupdate_ms)));
+        }
+        positive(&f("alpha_hz"), self.alpha_hz)?;
+        non_negative(&f("beta_hz"), self.beta_hz)?;
+        if !(self.k.is_finite() && self.k >= 0.5 && self.k <= 64.0) {
+            return Err(ConfigError::new(f("k"), format!("must be in [0.5, 64] (RFC 9332 uses 2), got {}", self.k)));
+        }
+        ms_range("l_min_th_ms", self.l_min_th_ms, false)?;
+        if let Some(m) = self.l_max_th_ms {
+            ms_range("l_max_th_ms", m, false)?;
+            if m < self.l_min_th_ms {
+                return Err(ConfigError::new(
+                    f("l_max_th_ms"),
+                    format!("must be >= l_min_th_ms ({}), got {m}", self.l_min_th_ms),
+                ));
+            }
+        }
+        if self.l_min_qlen_pkts > 10_000_000 {
+            return Err(ConfigError::new(f("l_min_qlen_pkts"), "must be <= 10000000"));
+        }
+        match self.classifier.as_str() {
+            "ecn" => {
+                if !self.l_dscp.is_empty() {
+                    return Err(ConfigError::new(
+                        f("l_dscp"),
+                        "only used with classifier \"dscp\" (remove it or set classifier = \"dscp\")",
+                    ));
+                }
+            }
+            "dscp" => {
+                if self.l_dscp.is_empty() {
+                    return Err(ConfigError::new(
+                        f("l_dscp"),
+                        "classifier \"dscp\" needs at least one DSCP value (0..63)",
+                    ));
+                }
+                if let Some(d) = self.l_dscp.iter().find(|&&d| d > 63) {
+                    return Err(ConfigError::new(f("l_dscp"), format!("DSCP values are 0..63, got {d}")));
+                }
+            }
+            other => {
+                return Err(ConfigError::new(
+                    f("classifier"),
+                    format!("unknown classifier `{other}`, expected `ecn` or `dscp`"),
+                ))
+            }
+        }
+        match self.scheduler.as_str() {
+            "wrr" | "tsfifo" => {}
+            other => {
+                return Err(ConfigError::new(
+                    f("scheduler"),
+                    format!("unknown scheduler `{other}`, expected `wrr` or `tsfifo`"),
+                ))
+            }
+        }
+        if !(self.c_weight_pct.is_finite() && (0.0..=100.0).contains(&self.c_weight_pct)) {
+            return Err(ConfigError::new(f("c_weight_pct"), format!("must be in [0, 100], got {}", self.c_weight_pct)));
+        }
+        ms_range("tshift_ms", self.tshift_ms, false)?;
         Ok(())
     }
 }
@@ -756,6 +937,12 @@ impl WifiConfig {
         non_negative(&format!("{at}.phy.preamble_us"), p.preamble_us)?;
         non_negative(&format!("{at}.phy.sifs_us"), p.sifs_us)?;
         non_negative(&format!("{at}.phy.block_ack_us"), p.block_ack_us)?;
+        if matches!(self.queue, QdiscConfig::DualPi2(_)) {
+            return Err(ConfigError::new(
+                format!("{at}.queue.kind"),
+                "dualpi2 is supported on uplink/downlink qdiscs only (WiFi queues have no timer for its PI controller)",
+            ));
+        }
         self.queue.validate(&format!("{at}.queue"))?;
         Ok(())
     }

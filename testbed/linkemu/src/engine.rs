@@ -84,7 +84,9 @@ impl Engine {
             Some(s) => ((s.interval_ms * 1e6).round().max(1.0) as Nanos, s.per_packet),
             None => (1_000_000_000, false),
         };
-        let stats = Stats::new(origin, n, interval, per_packet, wifi.is_some(), sink);
+        let mut stats = Stats::new(origin, n, interval, per_packet, wifi.is_some(), sink);
+        stats.set_dual_queue(Dir::Up, up.qdisc().class_lens().is_some());
+        stats.set_dual_queue(Dir::Down, down.qdisc().class_lens().is_some());
         Ok(Engine {
             n,
             max_frame: cfg.mtu + ETH_HLEN + 8,
@@ -171,8 +173,11 @@ impl Engine {
     }
 
     fn snapshot(&self) -> Snapshot {
+        let lens = |l: &Link| l.qdisc().class_lens().map(|c| [c[0] as u64, c[1] as u64]);
         let mut s = Snapshot {
             link_queue: [self.links[0].queue_len() as u64, self.links[1].queue_len() as u64],
+            class_queue: [lens(&self.links[0]), lens(&self.links[1])],
+            p_prime: [self.links[0].qdisc().base_prob(), self.links[1].qdisc().base_prob()],
             ..Default::default()
         };
         if let Some(w) = &self.wifi {

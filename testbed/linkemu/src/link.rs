@@ -97,7 +97,7 @@ impl Link {
         Link {
             loss: LossModel::new(cfg.loss.as_ref()),
             rng: Pcg64Mcg::seed_from_u64(seed),
-            qdisc: qdisc::build(&cfg.qdisc),
+            qdisc: qdisc::build(&cfg.qdisc, seed ^ 0x05ee_d0f9_d15c),
             tx,
             overhead: cfg.overhead_bytes,
             delay: (cfg.delay_ms * 1e6).round() as Nanos,
@@ -120,6 +120,11 @@ impl Link {
 
     pub fn qdisc_kind(&self) -> &'static str {
         self.qdisc.kind()
+    }
+
+    /// The bottleneck qdisc (per-class lengths, probabilities, counters).
+    pub fn qdisc(&self) -> &dyn Qdisc {
+        self.qdisc.as_ref()
     }
 
     /// A packet reaches the link at `now` (>= every instant processed so far).
@@ -271,14 +276,7 @@ impl Link {
                 v.push(p);
             }
         }
-        let mut scratch = Vec::new();
-        while !self.qdisc.is_empty() {
-            match self.qdisc.dequeue(Nanos::MAX / 2, &mut scratch) {
-                Some(p) => v.push(p),
-                None => break,
-            }
-        }
-        v.extend(scratch.into_iter().map(|d| d.pkt));
+        v.extend(self.qdisc.drain());
         v
     }
 }

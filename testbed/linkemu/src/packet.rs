@@ -57,6 +57,18 @@ impl Ecn {
     }
 }
 
+/// Which queue of a dual-queue discipline (DualPI2) held the packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QClass {
+    /// Not classified (single-queue disciplines, or dropped before a qdisc).
+    #[default]
+    None,
+    /// DualPI2's Classic (C) queue.
+    Classic,
+    /// DualPI2's L4S (L) queue.
+    L4s,
+}
+
 /// Direction through the emulator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dir {
@@ -98,6 +110,8 @@ pub struct Packet {
     pub wifi_wait: Nanos,
     /// Set when an AQM marked it CE.
     pub marked: bool,
+    /// Queue class a dual-queue discipline put it in (per-class statistics).
+    pub class: QClass,
 }
 
 impl Packet {
@@ -113,6 +127,7 @@ impl Packet {
             sojourn: 0,
             wifi_wait: 0,
             marked: false,
+            class: QClass::None,
         };
         p.parse();
         p
@@ -226,6 +241,17 @@ impl Packet {
         }
     }
 
+    /// The DSCP (upper six bits of the IPv4 TOS / IPv6 traffic class); 0 if not IP.
+    pub fn dscp(&self) -> u8 {
+        let l3 = self.l3 as usize;
+        let f = self.frame();
+        match self.ip_version {
+            4 => f[l3 + 1] >> 2,
+            6 => ((f[l3] & 0x0f) << 2) | (f[l3 + 1] >> 6),
+            _ => 0,
+        }
+    }
+
     /// Set CE on an ECN-capable packet; false (packet unchanged) otherwise.
     pub fn mark_ce(&mut self) -> bool {
         if !self.ecn().capable() {
@@ -292,6 +318,18 @@ pub mod build {
         f
     }
 
+    /// Like [`ipv4_udp`] with a DSCP value in the TOS byte.
+    pub fn ipv4_udp_dscp(dst: Mac, src: Mac, ip_len: usize, ecn: Ecn, dscp: u8) -> Vec<u8> {
+        let mut f = ipv4_udp(dst, src, ip_len, ecn);
+        let ip = &mut f[ETH_HLEN..];
+        ip[1] = (dscp << 2) | ecn as u8;
+        ip[10] = 0;
+        ip[11] = 0;
+        let c = ipv4_checksum(&ip[..20]);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        f
+    }
+
     /// An ARP request frame (broadcast).
     pub fn arp(src: Mac) -> Vec<u8> {
         let mut f = vec![0u8; 42];
@@ -353,6 +391,18 @@ mod tests {
         assert_eq!(p.ecn(), Ecn::Ect0);
         assert!(p.mark_ce());
         assert_eq!(p.ecn(), Ecn::Ce);
+        f[18] = 0x6b; // traffic class 0xb2: DSCP 44, ECN 2
+        f[19] = 0x20;
+        assert_eq!(Packet::from_frame(&f, 0).dscp(), 44);
+    }
+
+    #[test]
+    fn dscp_of_ipv4() {
+        let mut p = Packet::from_frame(&ipv4_udp_dscp(B, A, 100, Ecn::Ect0, 46), 0);
+        assert_eq!((p.dscp(), p.ecn()), (46, Ecn::Ect0));
+        assert!(p.mark_ce());
+        assert_eq!((p.dscp(), p.ecn()), (46, Ecn::Ce));
+        assert_eq!(ipv4_checksum(&p.frame()[ETH_HLEN..ETH_HLEN + 20]), 0);
     }
 
     #[test]

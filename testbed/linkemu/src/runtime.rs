@@ -343,6 +343,10 @@ pub fn run(cfg: &Config) -> Result<(), RunError> {
         per_port.push(json!({"if": s.ifname, "rx_socket_drops": d}));
     }
     let elapsed = engine.elapsed_s(end);
+    let mut up_json = engine.stats.direction_json(Dir::Up, inside[0]);
+    up_json["qdisc_stats"] = engine.link(Dir::Up).qdisc().stats_json().unwrap_or(serde_json::Value::Null);
+    let mut down_json = engine.stats.direction_json(Dir::Down, inside[1]);
+    down_json["qdisc_stats"] = engine.link(Dir::Down).qdisc().stats_json().unwrap_or(serde_json::Value::Null);
     let summary = json!({
         "version": 1,
         "run": {
@@ -352,8 +356,8 @@ pub fn run(cfg: &Config) -> Result<(), RunError> {
             "clients": cfg.client_ifs.len(),
             "qdisc": {"uplink": engine.link(Dir::Up).qdisc_kind(), "downlink": engine.link(Dir::Down).qdisc_kind()},
         },
-        "uplink": engine.stats.direction_json(Dir::Up, inside[0]),
-        "downlink": engine.stats.direction_json(Dir::Down, inside[1]),
+        "uplink": up_json,
+        "downlink": down_json,
         "wifi": engine.wifi().map(|w| w.summary(end)),
         "passthrough": {"frames": engine.stats.passthrough_frames, "bytes": engine.stats.passthrough_bytes},
         "io": {

@@ -18,8 +18,8 @@
 
 use serde_json::{json, Value};
 
-use crate::histogram::{round1, Histogram};
-use crate::packet::{Dir, Packet};
+use crate::histogram::{round1, FineHistogram, Histogram};
+use crate::packet::{Dir, Packet, QClass};
 use crate::qdisc::DropCause;
 use crate::time::Nanos;
 
@@ -91,11 +91,46 @@ pub struct IntervalRow {
     /// Share of the interval the medium carried this client's transmissions
     /// in this direction (None without WiFi; for -1 the sum over clients).
     pub airtime_frac: Option<f64>,
+    /// Per class [Classic, L4S] when the direction's qdisc is dual-queue (DualPI2).
+    pub classes: Option<[ClassRow; 2]>,
+    /// DualPI2's base probability p' at the end of the interval (-1 rows only).
+    pub p_prime: Option<f64>,
+}
+
+/// The per-class columns of an intervals.csv row.
+#[derive(Debug, Clone, Default)]
+pub struct ClassRow {
+    pub bytes_out: u64,
+    pub rate_mbit: f64,
+    pub marks: u64,
+    pub drops: u64,
+    pub sojourn_mean_us: f64,
+    pub sojourn_p90_us: f64,
+    pub sojourn_p99_us: f64,
+    pub sojourn_max_us: f64,
+    /// Packets in the class's queue at the end of the interval (-1 rows only).
+    pub queue_pkts: Option<u64>,
+}
+
+/// Names of the class prefixes in CSV columns and summary keys, in class-index order.
+pub const CLASS_NAMES: [&str; 2] = ["classic", "l4s"];
+
+fn class_index(c: QClass) -> Option<usize> {
+    match c {
+        QClass::None => None,
+        QClass::Classic => Some(0),
+        QClass::L4s => Some(1),
+    }
 }
 
 /// The contract's columns first (t_s ... queue_pkts), then the additions.
+/// The c_* and l_* columns are the DualPI2 classes (Classic and L4S queue), empty
+/// for single-queue disciplines.
 pub const INTERVAL_HEADER: &str = "t_s,direction,client,bytes_out,rate_mbit,drops,marks,sojourn_mean_us,\
-sojourn_p99_us,queue_pkts,bytes_in,packets_out,delay_mean_us,delay_p99_us,airtime_frac";
+sojourn_p99_us,queue_pkts,bytes_in,packets_out,delay_mean_us,delay_p99_us,airtime_frac,\
+c_bytes_out,c_rate_mbit,c_marks,c_drops,c_sojourn_mean_us,c_sojourn_p90_us,c_sojourn_p99_us,c_sojourn_max_us,c_queue_pkts,\
+l_bytes_out,l_rate_mbit,l_marks,l_drops,l_sojourn_mean_us,l_sojourn_p90_us,l_sojourn_p99_us,l_sojourn_max_us,l_queue_pkts,\
+p_prime";
 /// The contract's columns first (t_us ... verdict), then the additions.
 pub const PACKET_HEADER: &str = "t_us,direction,client,len,sojourn_us,verdict,wifi_us,delay_us";
 
@@ -103,8 +138,23 @@ impl IntervalRow {
     pub fn csv(&self) -> String {
         let opt_u = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
         let opt_f = |v: Option<f64>| v.map(|x| format!("{x:.4}")).unwrap_or_default();
+        let class = |c: Option<&ClassRow>| match c {
+            Some(c) => format!(
+                "{},{:.4},{},{},{:.1},{:.1},{:.1},{:.1},{}",
+                c.bytes_out,
+                c.rate_mbit,
+                c.marks,
+                c.drops,
+                c.sojourn_mean_us,
+                c.sojourn_p90_us,
+                c.sojourn_p99_us,
+                c.sojourn_max_us,
+                opt_u(c.queue_pkts)
+            ),
+            None => ",,,,,,,,".to_string(),
+        };
         format!(
-            "{:.3},{},{},{},{:.4},{},{},{:.1},{:.1},{},{},{},{:.1},{:.1},{}",
+            "{:.3},{},{},{},{:.4},{},{},{:.1},{:.1},{},{},{},{:.1},{:.1},{},{},{},{}",
             self.t_s,
             self.dir.name(),
             self.client,
@@ -120,6 +170,9 @@ impl IntervalRow {
             self.delay_mean_us,
             self.delay_p99_us,
             opt_f(self.airtime_frac),
+            class(self.classes.as_ref().map(|c| &c[0])),
+            class(self.classes.as_ref().map(|c| &c[1])),
+            self.p_prime.map(|x| format!("{x:.6}")).unwrap_or_default(),
         )
     }
 }
@@ -225,6 +278,60 @@ impl Totals {
     }
 }
 
+/// Run totals of one DualPI2 class.
+#[derive(Debug, Default, Clone)]
+struct ClassTotals {
+    packets_out: u64,
+    bytes_out: u64,
+    marks: u64,
+    drops: [u64; DropCause::ALL.len()],
+    sojourn: FineHistogram,
+    first_out: Option<(Nanos, u64)>,
+    last_out: Nanos,
+}
+
+impl ClassTotals {
+    fn json(&self) -> Value {
+        let mut drops = serde_json::Map::new();
+        for c in DropCause::ALL {
+            drops.insert(c.name().into(), json!(self.drops[c.index()]));
+        }
+        let rate = match self.first_out {
+            Some((t0, len0)) if self.last_out > t0 => {
+                (self.bytes_out - len0) as f64 * 8.0 / ((self.last_out - t0) as f64 / 1e9) / 1e6
+            }
+            _ => 0.0,
+        };
+        json!({
+            "packets_out": self.packets_out,
+            "bytes_out": self.bytes_out,
+            "rate_mbit": (rate * 1e4).round() / 1e4,
+            "ecn_marks": self.marks,
+            "drops": drops,
+            "drops_total": self.drops.iter().sum::<u64>(),
+            "sojourn_us": self.sojourn.summary(),
+        })
+    }
+}
+
+/// Interval accumulator of one DualPI2 class.
+#[derive(Default, Clone)]
+struct ClassAcc {
+    bytes_out: u64,
+    marks: u64,
+    drops: u64,
+    sojourn: FineHistogram,
+}
+
+impl ClassAcc {
+    fn reset(&mut self) {
+        self.bytes_out = 0;
+        self.marks = 0;
+        self.drops = 0;
+        self.sojourn.clear();
+    }
+}
+
 #[derive(Default, Clone)]
 struct Acc {
     bytes_in: u64,
@@ -234,6 +341,7 @@ struct Acc {
     marks: u64,
     sojourn: Histogram,
     delay: Histogram,
+    cls: [ClassAcc; 2],
 }
 
 impl Acc {
@@ -245,6 +353,9 @@ impl Acc {
         self.marks = 0;
         self.sojourn.clear();
         self.delay.clear();
+        for c in &mut self.cls {
+            c.reset();
+        }
     }
 }
 
@@ -253,6 +364,9 @@ struct DirStats {
     clients: Vec<Totals>,
     acc_all: Acc,
     acc: Vec<Acc>,
+    /// The direction's qdisc is dual-queue: keep and report per-class statistics.
+    dual: bool,
+    classes: [ClassTotals; 2],
 }
 
 /// Queue and airtime state sampled at an interval boundary.
@@ -264,6 +378,10 @@ pub struct Snapshot {
     pub wifi_queue: [Vec<u64>; 2],
     /// Per direction, per client: cumulative airtime, ns (empty without WiFi).
     pub wifi_airtime: [Vec<Nanos>; 2],
+    /// Per direction: the dual-queue qdisc's [Classic, L4S] lengths (None: single queue).
+    pub class_queue: [Option<[u64; 2]>; 2],
+    /// Per direction: the qdisc's base probability (DualPI2's p'), if any.
+    pub p_prime: [Option<f64>; 2],
 }
 
 pub struct Stats {
@@ -296,6 +414,8 @@ impl Stats {
             clients: vec![Totals::default(); n_clients],
             acc_all: Acc::default(),
             acc: vec![Acc::default(); n_clients],
+            dual: false,
+            classes: Default::default(),
         };
         Stats {
             origin,
@@ -311,6 +431,11 @@ impl Stats {
             passthrough_bytes: 0,
             sink,
         }
+    }
+
+    /// Keep per-class (DualPI2 Classic/L4S) statistics for a direction.
+    pub fn set_dual_queue(&mut self, dir: Dir, dual: bool) {
+        self.dirs[dir.index()].dual = dual;
     }
 
     /// Instant of the next interval boundary.
@@ -359,6 +484,23 @@ impl Stats {
             a.sojourn.record(pkt.sojourn);
             a.delay.record(delay);
         }
+        if let (true, Some(k)) = (d.dual, class_index(pkt.class)) {
+            let ct = &mut d.classes[k];
+            ct.packets_out += 1;
+            ct.bytes_out += len;
+            ct.marks += pkt.marked as u64;
+            ct.sojourn.record(pkt.sojourn);
+            if ct.first_out.is_none() {
+                ct.first_out = Some((t, len));
+            }
+            ct.last_out = t;
+            for a in [&mut d.acc_all, &mut d.acc[c]] {
+                let ca = &mut a.cls[k];
+                ca.bytes_out += len;
+                ca.marks += pkt.marked as u64;
+                ca.sojourn.record(pkt.sojourn);
+            }
+        }
         if self.per_packet {
             self.sink.packet(PacketRecord {
                 t: t.saturating_sub(self.origin),
@@ -382,6 +524,13 @@ impl Stats {
             d.acc[c].drops += 1;
         }
         d.acc_all.drops += 1;
+        if let (true, Some(k)) = (d.dual, class_index(pkt.class)) {
+            d.classes[k].drops[cause.index()] += 1;
+            d.acc_all.cls[k].drops += 1;
+            if c < self.n {
+                d.acc[c].cls[k].drops += 1;
+            }
+        }
         if self.per_packet {
             self.sink.packet(PacketRecord {
                 t: t.saturating_sub(self.origin),
@@ -442,6 +591,28 @@ impl Stats {
             };
             let frac = |ns: Nanos| if secs > 0.0 { ns as f64 / 1e9 / secs } else { 0.0 };
             let d = &mut self.dirs[di];
+            let dual = d.dual;
+            let rate = |bytes: u64| if secs > 0.0 { bytes as f64 * 8.0 / secs / 1e6 } else { 0.0 };
+            let classes = |a: &Acc, queues: Option<[u64; 2]>| -> Option<[ClassRow; 2]> {
+                if !dual {
+                    return None;
+                }
+                let one = |k: usize| {
+                    let c = &a.cls[k];
+                    ClassRow {
+                        bytes_out: c.bytes_out,
+                        rate_mbit: rate(c.bytes_out),
+                        marks: c.marks,
+                        drops: c.drops,
+                        sojourn_mean_us: round1(c.sojourn.mean_us()),
+                        sojourn_p90_us: round1(c.sojourn.quantile_us(0.90)),
+                        sojourn_p99_us: round1(c.sojourn.quantile_us(0.99)),
+                        sojourn_max_us: round1(c.sojourn.max_us()),
+                        queue_pkts: queues.map(|q| q[k]),
+                    }
+                };
+                Some([one(0), one(1)])
+            };
             let row = |a: &Acc, client: i32, queue: Option<u64>, air: Option<f64>| IntervalRow {
                 t_s,
                 dir,
@@ -458,11 +629,19 @@ impl Stats {
                 delay_p99_us: round1(a.delay.quantile_us(0.99)),
                 queue_pkts: queue,
                 airtime_frac: air,
+                classes: None,
+                p_prime: None,
             };
-            rows.push(row(&d.acc_all, -1, Some(snap.link_queue[di]), airtime.as_ref().map(|v| frac(v.iter().sum()))));
+            let mut all =
+                row(&d.acc_all, -1, Some(snap.link_queue[di]), airtime.as_ref().map(|v| frac(v.iter().sum())));
+            all.classes = classes(&d.acc_all, snap.class_queue[di]);
+            all.p_prime = if dual { snap.p_prime[di] } else { None };
+            rows.push(all);
             for c in 0..self.n {
                 let q = if self.wifi { snap.wifi_queue[di].get(c).copied() } else { None };
-                rows.push(row(&d.acc[c], c as i32, q, airtime.as_ref().map(|v| frac(v[c]))));
+                let mut r = row(&d.acc[c], c as i32, q, airtime.as_ref().map(|v| frac(v[c])));
+                r.classes = classes(&d.acc[c], None);
+                rows.push(r);
             }
             d.acc_all.reset();
             for a in &mut d.acc {
@@ -482,6 +661,11 @@ impl Stats {
         let mut v = d.total.json(self.wifi);
         v["in_flight_at_exit"] = json!(in_flight_at_exit);
         v["clients"] = Value::Array(d.clients.iter().map(|t| t.json(self.wifi)).collect());
+        v["classes"] = if d.dual {
+            json!({CLASS_NAMES[0]: d.classes[0].json(), CLASS_NAMES[1]: d.classes[1].json()})
+        } else {
+            Value::Null
+        };
         v
     }
 
@@ -522,6 +706,8 @@ mod tests {
             delay_p99_us: 10.0,
             queue_pkts: None,
             airtime_frac: Some(0.5),
+            classes: None,
+            p_prime: None,
         };
         let cols: Vec<&str> = INTERVAL_HEADER.split(',').collect();
         let line = row.csv();
@@ -529,6 +715,19 @@ mod tests {
         assert_eq!(cols.len(), vals.len());
         let get = |c: &str| vals[cols.iter().position(|x| *x == c).unwrap()];
         assert_eq!((get("bytes_out"), get("queue_pkts"), get("airtime_frac")), ("3", "", "0.5000"));
+        assert_eq!((get("c_marks"), get("l_queue_pkts"), get("p_prime")), ("", "", ""));
+        let mut dual = row.clone();
+        dual.classes = Some([
+            ClassRow { marks: 7, ..Default::default() },
+            ClassRow { sojourn_p90_us: 1050.0, queue_pkts: Some(3), ..Default::default() },
+        ]);
+        dual.p_prime = Some(0.25);
+        let line = dual.csv();
+        let vals: Vec<&str> = line.split(',').collect();
+        assert_eq!(cols.len(), vals.len());
+        let get = |c: &str| vals[cols.iter().position(|x| *x == c).unwrap()];
+        assert_eq!((get("c_marks"), get("l_sojourn_p90_us"), get("l_queue_pkts")), ("7", "1050.0", "3"));
+        assert_eq!((get("c_queue_pkts"), get("p_prime")), ("", "0.250000"));
         let mut s = String::new();
         PacketRecord {
             t: 1500,

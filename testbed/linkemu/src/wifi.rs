@@ -181,7 +181,7 @@ impl Wifi {
         let down_bps: Vec<f64> = cfg.clients.iter().map(|c| c.phy_rate_mbit * 1e6).collect();
         let up_bps: Vec<f64> =
             cfg.clients.iter().map(|c| c.uplink_phy_rate_mbit.unwrap_or(c.phy_rate_mbit) * 1e6).collect();
-        let mkq = || TxQueue { q: qdisc::build(&cfg.queue), stash: None };
+        let mkq = || TxQueue { q: qdisc::build(&cfg.queue, seed), stash: None };
         let a = &cfg.access_delay_us;
         let cont = (0..=n).map(|_| Contender { cw: a.cw_min, ..Default::default() }).collect();
         Wifi {

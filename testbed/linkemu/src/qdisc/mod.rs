@@ -22,8 +22,15 @@
 //!
 //! Adding a discipline: implement the trait in a new file, add a variant to
 //! [`crate::config::QdiscConfig`] and a line to [`build`].
+//!
+//! Dual-queue disciplines (DualPI2) tag each packet with its class
+//! ([`Packet::class`]) at enqueue, so the statistics can be kept per class,
+//! and report their per-class lengths and base probability (`class_lens`,
+//! `base_prob`) for intervals.csv and their counters (`stats_json`) for
+//! summary.json.
 
 pub mod codel;
+pub mod dualpi2;
 pub mod pfifo;
 
 use crate::config::QdiscConfig;
@@ -116,12 +123,42 @@ pub trait Qdisc: Send {
     /// `next_timer` past `now`.
     fn on_timer(&mut self, _now: Nanos) {}
 
-    /// Short name for logs and the summary ("pfifo", "codel").
+    /// Short name for logs and the summary ("pfifo", "codel", "dualpi2").
     fn kind(&self) -> &'static str;
+
+    /// Packets per class [Classic, L4S] of a dual-queue discipline (None: single queue).
+    fn class_lens(&self) -> Option<[usize; 2]> {
+        None
+    }
+
+    /// Base drop/mark probability of a PI controller (DualPI2's p'), if any.
+    fn base_prob(&self) -> Option<f64> {
+        None
+    }
+
+    /// The discipline's own counters for summary.json, if it keeps any.
+    fn stats_json(&self) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// Take every queued packet without AQM verdicts (shutdown accounting).
+    fn drain(&mut self) -> Vec<Packet> {
+        let mut v = Vec::new();
+        let mut scratch = Vec::new();
+        while !self.is_empty() {
+            match self.dequeue(Nanos::MAX / 2, &mut scratch) {
+                Some(p) => v.push(p),
+                None => break,
+            }
+        }
+        v.extend(scratch.into_iter().map(|d| d.pkt));
+        v
+    }
 }
 
-/// Instantiate the discipline a config describes.
-pub fn build(cfg: &QdiscConfig) -> Box<dyn Qdisc> {
+/// Instantiate the discipline a config describes; `seed` feeds its random
+/// stream (DualPI2's drop/mark draws).
+pub fn build(cfg: &QdiscConfig, seed: u64) -> Box<dyn Qdisc> {
     match cfg {
         QdiscConfig::Pfifo(p) => Box::new(pfifo::Pfifo::new(p.limit_pkts)),
         QdiscConfig::Codel(c) => Box::new(codel::Codel::new(
@@ -130,5 +167,6 @@ pub fn build(cfg: &QdiscConfig) -> Box<dyn Qdisc> {
             c.limit_pkts,
             c.ecn,
         )),
+        QdiscConfig::DualPi2(d) => Box::new(dualpi2::DualPi2::new(dualpi2::Params::from_config(d), seed)),
     }
 }
