@@ -7,8 +7,10 @@ For every client with the daemon on, the runner (testbed/runner.py) does::
                                    to manage (the iperf3 data flows: their local ports)
     nsenter --net=<client ns> -- ccswitchd --config ... --socket S --record R --decisions D
                                    (new session; stdout/stderr -> daemon/C<n>/ccswitchd.log)
-    wait until S accepts a connection (the daemon holds the namespace's monitor then)
-    ... the run: scripted switches go through `ccswitch --socket S switch FLOW CCA` ...
+    wait until S answers "status" (the daemon holds the namespace's monitor then)
+    ... the run: scripted switches go through S (the control protocol of daemon/protocol.py,
+        op "switch", what `ccswitch --socket S switch FLOW CCA` sends): a manual override
+        that the daemon's guard respects (the flow stays pinned) ...
     SIGTERM; wait STOP_TIMEOUT_S; SIGKILL the session if it hangs (also on every error path)
     daemon/C<n>/record.parquet     each tick's FlowSample rows (ccswitch/schema.py)
     daemon/C<n>/decisions.jsonl    one JSON line per decision
@@ -24,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,8 +47,8 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 """How long ccswitchd may take to stop on SIGTERM (detach, flush the record) before SIGKILL."""
 KILL_TIMEOUT_S = 5.0
-CLI_TIMEOUT_S = 20.0
-"""A `ccswitch --socket` call (a Python start-up on a loaded machine plus the request)."""
+REQUEST_TIMEOUT_S = 10.0
+"""One control request (the daemon answers between ticks)."""
 
 
 class DaemonError(RuntimeError):
@@ -126,13 +127,6 @@ def daemon_command() -> list[str]:
     return [sys.executable, "-c", "from ccswitch.daemon.main import main; main()"]
 
 
-def cli_command() -> list[str]:
-    exe = Path(sys.executable).parent / "ccswitch"
-    if exe.is_file():
-        return [str(exe)]
-    return [sys.executable, "-m", "ccswitch.cli"]
-
-
 class DaemonProcess:
     """One ccswitchd in namespace *ns* (None: this process's namespace), files under *out_dir*."""
 
@@ -180,14 +174,13 @@ class DaemonProcess:
             time.sleep(0.05)
 
     def _connectable(self) -> bool:
+        """The daemon answers ``status`` (it opens the socket last, after the data plane)."""
         if not os.path.exists(self.socket_path):
             return False
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(1.0)
-            try:
-                s.connect(self.socket_path)
-            except OSError:
-                return False
+        try:
+            self.request("status")
+        except DaemonError:
+            return False
         return True
 
     def log_tail(self, n: int = 400) -> str:
@@ -203,27 +196,31 @@ class DaemonProcess:
 
     # -- requests ------------------------------------------------------------
 
-    def cli(self, *args: str, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-        """``ccswitch --socket S ARGS`` (the socket is a path, reachable from any namespace)."""
-        return subprocess.run([*cli_command(), "--socket", self.socket_path, *args], capture_output=True,
-                              text=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL)
+    def request(self, op: str, **args: Any) -> Any:
+        """One request on the control socket (daemon/protocol.py); raises DaemonError."""
+        from ccswitch.daemon.protocol import ProtocolError, request
 
-    def switch(self, flow_id: int, cca: str) -> dict[str, Any]:
-        """Manual override through the daemon: ``ccswitch --socket S switch FLOW CCA --json``."""
         try:
-            cp = self.cli("switch", str(flow_id), cca, "--json")
-        except subprocess.TimeoutExpired:
-            return {"ok": False, "error": f"ccswitch switch did not answer within {CLI_TIMEOUT_S:g} s"}
-        if cp.returncode != 0:
-            return {"ok": False, "error": (cp.stderr.strip() or cp.stdout.strip() or f"exit {cp.returncode}")}
+            return request(self.socket_path, op, timeout=REQUEST_TIMEOUT_S, **args)
+        except (ProtocolError, OSError) as e:
+            raise DaemonError(f"ccswitchd of {self.label}: {op}: {e}") from None
+
+    def flow_id(self, cport: int, port: int) -> int | None:
+        """The flow id (socket cookie) of the connection cport -> port, from the daemon's flow table."""
+        for row in self.request("flows") or []:
+            if row.get("sport") == cport and row.get("dport") == port:
+                return int(row["flow_id"])
+        return None
+
+    def switch(self, flow_id: int, cca: str, inherit: str) -> dict[str, Any]:
+        """Manual override through the daemon (the guard pins the flow on *cca*)."""
         try:
-            out = json.loads(cp.stdout)
-        except ValueError:
-            return {"ok": True, "reply": cp.stdout.strip()}
-        if isinstance(out, dict):
-            out.setdefault("ok", True)
-            return out
-        return {"ok": True, "reply": out}
+            res = self.request("switch", flow=flow_id, cca=cca, inherit=inherit)
+        except DaemonError as e:
+            return {"ok": False, "error": str(e)}
+        out = dict(res) if isinstance(res, dict) else {"reply": res}
+        out.setdefault("ok", True)
+        return out
 
     # -- stop ----------------------------------------------------------------
 

@@ -73,6 +73,8 @@ __all__ = [
 
 HERE_NS = "/proc/self/ns/net"
 """Namespace file meaning "where the process already is" (external mode)."""
+PROGRESS_LOOK_S = 2.0
+"""How often a daemon client asks ccswitchd for its flow table (the progress line)."""
 DISCOVERY_DELAY_S = 0.25
 """An extra sample this long after a flow starts (see ClientMonitor._loop)."""
 FLOW_GRACE_S = 20.0
@@ -297,6 +299,8 @@ class DaemonClient(threading.Thread):
         self.exit_code: int | None = None
         self._by_cport = {f.cport: f for f in self.flows}
         self._record: pa.Table | None = None
+        self._lock = threading.Lock()
+        self.latest: dict[str, tuple[str, float]] = {}
 
     def run(self) -> None:
         try:
@@ -316,8 +320,9 @@ class DaemonClient(threading.Thread):
 
     def _loop(self, d: DaemonProcess) -> None:
         pending = list(self.switches)
+        next_look = time.monotonic()
         while True:
-            wake = self.clock.t0 + pending[0].at_s if pending else math.inf
+            wake = min(self.clock.t0 + pending[0].at_s if pending else math.inf, next_look)
             if self.clock.stop.wait(max(0.0, min(0.5, wake - time.monotonic()))):
                 return
             if not d.alive:
@@ -325,17 +330,33 @@ class DaemonClient(threading.Thread):
                                   f"during the run: {d.log_tail()}")
             while pending and time.monotonic() >= self.clock.t0 + pending[0].at_s - 1e-4:
                 self._switch(d, pending.pop(0))
+            if time.monotonic() >= next_look:  # the progress line: the daemon's flow table
+                next_look = time.monotonic() + PROGRESS_LOOK_S
+                with contextlib.suppress(DaemonError):
+                    rows = d.request("flows") or []
+                    latest = {}
+                    for r in rows:
+                        f = self._by_cport.get(r.get("sport"))
+                        if f is not None and r.get("dport") == f.port:
+                            latest[f.name] = (str(r.get("cca")), float(r.get("goodput_bps") or 0.0))
+                    with self._lock:
+                        self.latest = latest
 
     def _switch(self, d: DaemonProcess, sw: Switch) -> None:
         flow = self.scenario.flow(sw.flow)
         entry: dict[str, Any] = {"at_s": sw.at_s, "t_s": round(self.clock.elapsed(), 4), "flow": flow.name,
                                  "client": self.client, "cca": sw.cca, "inherit": sw.inherit, "via": "ccswitchd"}
-        fid = socket_cookie(self.ns, flow.cport, flow.port)
+        try:
+            fid = d.flow_id(flow.cport, flow.port)
+        except DaemonError as e:
+            fid = None
+            entry.update(ok=False, error=str(e))
         if fid is None:
-            entry.update(ok=False, error=f"flow {flow.name} (local port {flow.cport}) is not running")
+            entry.setdefault("ok", False)
+            entry.setdefault("error", f"flow {flow.name} (local port {flow.cport}) is not in ccswitchd's table")
         else:
             entry["flow_id"] = fid
-            entry.update(d.switch(fid, sw.cca))
+            entry.update(d.switch(fid, sw.cca, sw.inherit))
         entry["t_done_s"] = round(self.clock.elapsed(), 4)
         self.switch_log.append(entry)
 
@@ -352,7 +373,8 @@ class DaemonClient(threading.Thread):
         return table.take(pa.array(keep, pa.int64())).select(list(FLOW_SAMPLE_SCHEMA.names))
 
     def snapshot(self) -> dict[str, tuple[str, float]]:
-        return {}
+        with self._lock:
+            return dict(self.latest)
 
     def samples(self) -> pa.Table:
         from .report import rebin_samples
@@ -360,17 +382,6 @@ class DaemonClient(threading.Thread):
         if self._record is None or self._record.num_rows == 0:
             return FLOW_SAMPLE_SCHEMA.empty_table()
         return rebin_samples(self._record, self.clock.t0_epoch, self.interval_s).cast(FLOW_SAMPLE_SCHEMA)
-
-
-def socket_cookie(ns: str | None, cport: int, port: int) -> int | None:
-    """Socket cookie (the flow id of ccswitch) of the TCP connection cport -> port, via ``ss -e``."""
-    argv = ["ss", "-tnHe", "state", "established", "sport", "=", f":{cport}", "dport", "=", f":{port}"]
-    cp = subprocess.run(nsenter_argv(ns, argv) if ns else argv, capture_output=True, text=True, check=False,
-                        timeout=10.0)
-    for tok in cp.stdout.split():
-        if tok.startswith("sk:"):
-            return int(tok[3:], 16)
-    return None
 
 
 # ----------------------------------------------------------------- tshark ---

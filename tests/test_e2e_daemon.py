@@ -104,8 +104,8 @@ def test_daemon_on_both_clients(tmp_path: Path, iperf3: str) -> None:
         rec = pq.read_table(d / "record.parquet")
         assert set(FLOW_SAMPLE_SCHEMA.names) <= set(rec.schema.names)
         assert flows[client] in set(rec.column("flow_id").to_pylist()), client
-        ticks = rec.filter(rec["flow_id"] == flows[client])
-        assert ticks.num_rows >= 40, f"{client}: {ticks.num_rows} daemon ticks for its flow"  # 200 ms ticks
+        ticks = rec.column("flow_id").to_pylist().count(flows[client])
+        assert ticks >= 40, f"{client}: {ticks} daemon ticks for its flow"  # 200 ms ticks over ~20 s
         lines = [json.loads(x) for x in (d / "decisions.jsonl").read_text().splitlines() if x.strip()]
         assert lines, f"{client}: no decision logged"
         assert all({"ts", "flow", "from", "to", "reason"} <= set(x) for x in lines), lines[0]
