@@ -29,7 +29,13 @@ if ! printf '%s\n' "$@" | grep -q -- '^--out'; then
     args+=(--out "$OUT")
 fi
 
-tables="$("$REPO/.venv/bin/ccswitch" testbed run testbed/scenarios/default.toml "${args[@]}")"
+SCENARIO=testbed/scenarios/default.toml
+if [[ ! -x testbed/linkemu/target/release/linkemu ]]; then
+    echo "demo.sh: linkemu is not built (cargo missing?): using the kernel link instead of the emulated WiFi" >&2
+    SCENARIO=testbed/scenarios/default-kernel.toml
+fi
+
+tables="$("$REPO/.venv/bin/ccswitch" testbed run "$SCENARIO" "${args[@]}")"
 for table in $tables; do
     # the result section of table.md: from its first "## " heading to the next one
     awk '/^## /{n++} n==1' "$table"

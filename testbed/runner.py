@@ -8,6 +8,10 @@ One run (one seed) goes like this::
     -> tshark on the server's veth            headers only, filtered on the iperf3 ports
     -> one monitor thread per client          DataPlane inside the client namespace: samples
                                               every sample_interval_s, runs the scripted switches
+       or, with the daemon on that client,    ccswitchd in the namespace (testbed/daemons.py): it
+                                              samples every tick and decides; the thread sends the
+                                              scripted switches through its socket; its record is
+                                              re-binned onto sample_interval_s at the end
     -> the scenario clock starts; flows start at their start_s (iperf3 -J --cport)
     -> a progress line on stderr until the end
     -> everything stops in reverse order; the run folder gets the raw outputs,
@@ -22,6 +26,8 @@ Run folder (``OUT/run-01-seed-1/``)::
     samples.parquet        FlowSample rows (ccswitch.schema) of the iperf3 data flows
     flows.parquet          flow_id -> run, flow, client, ports, initial CCA
     switches.json          scripted switches and their results
+    daemon/C<n>/           with the daemon: ccswitchd.toml, record.parquet (every tick's FlowSample
+                           rows), decisions.jsonl, ccswitchd.log
     summary.json           meta, iperf3 totals, switches, emulator summary, metrics
     table.md, table.csv, fairness.csv, plots/*.png   (report.py)
 
