@@ -61,7 +61,7 @@ import pyarrow.parquet as pq
 
 from ccswitch.schema import FLOW_SAMPLE_SCHEMA
 
-from .daemons import START_TIMEOUT_S, DaemonError, DaemonProcess, daemon_running
+from .daemons import KILL_TIMEOUT_S, START_TIMEOUT_S, STOP_TIMEOUT_S, DaemonError, DaemonProcess, daemon_running
 from .iperf import IperfError, IperfFlow, IperfServer, start_flow, start_server
 from .netns import cleanup_leftovers, entered, nsenter_argv
 from .scenario import Flow, Scenario, Switch
@@ -164,6 +164,7 @@ class ClientMonitor(threading.Thread):
     def __init__(self, client: int, ns: str | None, flows: Sequence[Flow], switches: Sequence[Switch],
                  interval_s: float, clock: Clock, scenario: Scenario) -> None:
         super().__init__(name=f"monitor-C{client}", daemon=True)
+        self.join_timeout_s = 10.0
         self.client = client
         self.ns = ns
         self.flows = list(flows)
@@ -293,6 +294,7 @@ class DaemonClient(threading.Thread):
     def __init__(self, client: int, ns: str | None, flows: Sequence[Flow], switches: Sequence[Switch],
                  interval_s: float, clock: Clock, scenario: Scenario, run_dir: Path) -> None:
         super().__init__(name=f"daemon-C{client}", daemon=True)
+        self.join_timeout_s = STOP_TIMEOUT_S + KILL_TIMEOUT_S + 10.0  # SIGTERM, SIGKILL, reading the record
         self.client, self.ns, self.flows = client, ns, list(flows)
         self.switches = sorted(switches, key=lambda s: s.at_s)
         self.interval_s, self.clock, self.scenario, self.run_dir = interval_s, clock, scenario, run_dir
@@ -598,11 +600,12 @@ def run_once(sc: Scenario, run_dir: Path, *, seed: int = 1, label: str = "run",
         finally:
             clock.stop.set()
             for m in monitors:
-                m.join(timeout=10.0)
+                m.join(timeout=m.join_timeout_s)
         for name, srv in servers.items():
             _save_server(srv, run_dir / "iperf" / f"{name}.server.json")
     emu_summary = meta.pop("emulator_summary", None)
     errors = [f"C{m.client}: {m.error}" for m in monitors if m.error is not None]
+    errors += [f"C{m.client}: still stopping after {m.join_timeout_s:g} s" for m in monitors if m.is_alive()]
     if errors:
         raise RunError("monitor failed: " + "; ".join(errors))
     samples = pa.concat_tables([m.samples() for m in monitors]) if monitors else FLOW_SAMPLE_SCHEMA.empty_table()
@@ -645,7 +648,7 @@ def _start_monitors(sc: Scenario, flows: Sequence[Flow], client_ns: dict[int, st
     def stop_all() -> None:
         clock.stop.set()
         for m in monitors:
-            m.join(timeout=10.0)
+            m.join(timeout=m.join_timeout_s)
 
     stack.callback(stop_all)
     for client, ns in client_ns.items():
