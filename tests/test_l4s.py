@@ -55,7 +55,7 @@ def test_router_dry_run_names_every_scenario_parameter() -> None:
     expected = (f"tc qdisc replace dev eth9 parent 1:1 handle 2: dualpi2 limit {q['limit_pkts']} "
                 f"target {round(q['target_ms'] * 1000)}us tupdate {round(q['tupdate_ms'] * 1000)}us "
                 f"alpha {q['alpha_hz']:g} beta {q['beta_hz']:g} coupling_factor {q['k']:g} "
-                f"step_thresh {round(q['l_min_th_ms'] * 1000)}us min_qlen_step 0 "
+                f"step_thresh {round(q['l_min_th_ms'] * 1000)}us min_qlen_step {q['l_min_qlen_pkts']} "
                 f"classic_protection {q['c_weight_pct']:g} drop_on_overload drop_dequeue l4s_ect split_gso")
     assert expected in cmds
     tos = f"0x{q['l_dscp'][0] << 2:02x}"
