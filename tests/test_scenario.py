@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from ccswitch.metrics import starvation, thratio, utilisation
@@ -22,7 +25,7 @@ from ccswitch.testbed.scenario import (
     parse_scenario,
 )
 
-CCAS = ["bbr", "cubic", "pcc", "reno"]
+CCAS = ["bbr", "cubic", "pcc", "prague", "reno"]  # prague: the L4S scenarios (BPF Prague)
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = REPO / "testbed" / "scenarios"
 LINKEMU = REPO / "testbed" / "linkemu" / "target" / "release" / "linkemu"
@@ -198,10 +201,86 @@ extra = { dist = "lognormal", median_us = 50, sigma = 1 }
         if sc.link.emulator != "linkemu":
             continue
         cfg = tmp_path / "config.json"
-        cfg.write_text(json.dumps(sc.emulator_config(["c1", "c2"], "srv", 1, tmp_path / "stats")))
+        ifs = [f"c{i}" for i in range(1, sc.clients + 1)]
+        cfg.write_text(json.dumps(sc.emulator_config(ifs, "srv", 1, tmp_path / "stats")))
         cp = subprocess.run([str(LINKEMU), "--config", str(cfg), "--check"], capture_output=True, text=True,
                             check=False)
         assert cp.returncode == 0, f"{sc.name}: {cp.stderr}"
+
+
+def test_daemon_table_and_its_config() -> None:
+    """[daemon] settings become a ccswitchd config that the daemon's own validator accepts."""
+    from ccswitch.daemon.config import parse_config
+    from ccswitch.testbed.daemons import daemon_config, toml_text
+
+    sc = parse(GOOD.replace("[link.uplink]", "[daemon]\npolicy = \"static\"\ncca = \"bbr\"\nclients = [2]\n"
+                                             "guard = { min_dwell_s = 2.5, consecutive = 2 }\n[link.uplink]"))
+    d = sc.daemon
+    assert d is not None and d.policy == "static" and d.cca == "bbr" and d.clients == (2,)
+    assert not d.runs_on(1) and d.runs_on(2)
+    cfg = daemon_config(d, sc.flows_of(2))
+    assert cfg["flows"]["local_ports"] == [BASE_CPORT + 1]  # only the iperf3 data flow, not the control one
+    parsed = parse_config(tomllib.loads(toml_text(cfg, "header\nline 2")))
+    assert parsed.get("policy.kind") == "static" and parsed.get("policy.static_cca") == "bbr"
+    assert parsed.get("guard.min_dwell_s") == 2.5 and parsed.get("guard.consecutive") == 2
+    assert parse(GOOD.replace("[link.uplink]", "daemon = true\n[link.uplink]")).daemon.policy == "dqn"
+    assert parse(GOOD).daemon is None
+
+
+def test_rebin_daemon_ticks_onto_the_grid() -> None:
+    """200 ms FlowSample rows -> one row per 1 s interval: rates time-weighted, counts summed, last state."""
+    from ccswitch.schema import FLOW_SAMPLE_SCHEMA
+    from ccswitch.testbed.report import rebin_samples
+
+    t0 = 1000.0
+    proto = {f.name: (0 if str(f.type).startswith("uint") else "x" if str(f.type) == "string" else 0.0)
+             for f in FLOW_SAMPLE_SCHEMA}
+    rows = []
+    for k in range(1, 11):  # ticks ending at t0 + 0.2 k (s), flow 7, goodput 10 Mbit/s then 20 Mbit/s
+        rows.append({**proto, "ts_s": t0 + 0.2 * k + 0.01, "interval_s": 0.2, "flow_id": 7,
+                     "cca": "bbr" if k < 4 else "cubic", "goodput_bps": 10e6 if k <= 5 else 20e6,
+                     "throughput_bps": 11e6, "sent_segs": 10, "retrans_segs": 1 if k == 2 else 0,
+                     "rtt_us": 1000.0 * k, "jitter_us": 100.0, "rtt_samples": 5})
+    table = pa.Table.from_pylist(rows, schema=FLOW_SAMPLE_SCHEMA)
+    out = rebin_samples(table, t0, 1.0).to_pylist()
+    assert len(out) == 2
+    first, second = out
+    assert first["interval_s"] == pytest.approx(1.0) and first["goodput_bps"] == pytest.approx(10e6)
+    assert second["goodput_bps"] == pytest.approx(20e6)
+    assert first["sent_segs"] == 50 and first["retrans_segs"] == 1 and first["loss_rate"] == pytest.approx(0.02)
+    assert first["cca"] == "cubic" and first["rtt_us"] == 5000.0  # the state at the end of the interval
+    assert first["ts_s"] == pytest.approx(t0 + 1.01)
+
+
+def test_last_half_targets(tmp_path: Path) -> None:
+    """Share of fair share, Jain and the targets over the last half, from a synthetic run folder."""
+    from ccswitch.schema import FLOW_SAMPLE_SCHEMA
+    from ccswitch.testbed.report import last_half, load_run
+
+    t0 = 5000.0
+    proto = {f.name: (0 if str(f.type).startswith("uint") else "cubic" if str(f.type) == "string" else 0.0)
+             for f in FLOW_SAMPLE_SCHEMA}
+    rows = []
+    for k in range(1, 21):
+        for fid, mbps in ((1, 60.0 if k <= 10 else 47.0), (2, 30.0 if k <= 10 else 40.0)):
+            rows.append({**proto, "ts_s": t0 + k, "interval_s": 1.0, "flow_id": fid, "goodput_bps": mbps * 1e6,
+                         "throughput_bps": mbps * 1.04e6, "rtt_us": 1000.0 * k + 500.0 * (fid - 1),
+                         "cca": "bbr" if fid == 2 and k > 5 else "cubic"})
+    pq.write_table(pa.Table.from_pylist(rows, schema=FLOW_SAMPLE_SCHEMA), tmp_path / "samples.parquet")
+    pq.write_table(pa.Table.from_pylist([{"flow_id": 1, "flow": "C1"}, {"flow_id": 2, "flow": "C2"}]),
+                   tmp_path / "flows.parquet")
+    meta = {"t0_epoch": t0, "sample_interval_s": 1.0, "duration_s": 20.0, "uplink_rate_mbit": 100.0,
+            "phase_bounds_s": [0.0, 20.0], "flows": [{"name": "C1", "client": 1, "cca": "cubic"},
+                                                     {"name": "C2", "client": 2, "cca": "cubic"}]}
+    (tmp_path / "summary.json").write_text(json.dumps({"meta": meta}))
+    lh = last_half(load_run(tmp_path))
+    assert lh["throughput_mbps"] == {"C1": pytest.approx(47.0), "C2": pytest.approx(40.0)}
+    assert lh["min_share_flow"] == "C2" and lh["min_share"] == pytest.approx(40.0 / 43.5)
+    assert lh["jain"] == pytest.approx(87.0**2 / (2 * (47.0**2 + 40.0**2)))
+    assert lh["utilisation"] == pytest.approx(87.0 * 1.04 / 100.0)  # no linkemu stats: the flows' wire rate
+    assert lh["targets"] == {"min_share": True, "jain": True, "utilisation": True} and lh["targets_met"]
+    assert lh["rtt_p95_ms"] == pytest.approx(20.025)  # 11, 11.5, ..., 20.5 ms: pos 18.05 of 0..19
+    assert lh["cca_changes"]["C2"] == [{"t_s": 6.0, "from": "cubic", "to": "bbr"}]
 
 
 def test_starvation_episodes() -> None:
