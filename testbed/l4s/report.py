@@ -154,6 +154,9 @@ def queue_series(run_dir: Path) -> tuple[list[float], dict[str, dict[str, list[f
                 v = r.get(col.format(q=q), "")
                 x = float(v) if v not in ("", None) else math.nan
                 out[q][key].append(x if key in RAW_KEYS else x / 1000.0)
+    for q in ("l", "c"):  # no packet left the queue: its delay is undefined, not 0
+        for key in ("mean", "p90", "max"):
+            out[q][key] = [v if b > 0 else math.nan for v, b in zip(out[q][key], out[q]["bytes"], strict=True)]
     return t, out
 
 
@@ -201,9 +204,10 @@ def analyse(run_dir: Path) -> RunResult:
             group_per_flow_mbps={g: _mean(v) for g, v in sorted(groups.items())},
         )
         if qt:
-            qi = [i for i, t in enumerate(qt) if lo < t - 0.5 < b]
+            qi_all = [i for i, t in enumerate(qt) if lo < t - 0.5 < b]
             for k in CLASSES:
                 q = queue[QUEUE_OF[k]]
+                qi = [i for i in qi_all if q["bytes"][i] > 0]  # intervals in which the queue sent something
                 pk = [q["bytes"][i] for i in qi]  # weights: the mean is over packets ~ bytes
                 means = [q["mean"][i] for i in qi]
                 wsum = sum(p for p, m in zip(pk, means, strict=True) if p == p and m == m and p > 0)
