@@ -34,7 +34,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -77,8 +77,10 @@ class TickStats:
     manual: int = 0
     failed: int = 0
     recent_ms: deque[float] = field(default_factory=lambda: deque(maxlen=300))
+    recent_sample_ms: deque[float] = field(default_factory=lambda: deque(maxlen=300))
 
-    def add(self, ms: float) -> None:
+    def add(self, ms: float, sample_ms: float = 0.0) -> None:
+        self.recent_sample_ms.append(sample_ms)
         self.n += 1
         self.last_ms = ms
         self.max_ms = max(self.max_ms, ms)
@@ -86,11 +88,16 @@ class TickStats:
         self.recent_ms.append(ms)
 
     def as_dict(self) -> dict[str, Any]:
-        r = sorted(self.recent_ms)
-        def p(q):
-            return (r[min(len(r) - 1, int(q * len(r)))] if r else 0.0)
+        def pct(values: Iterable[float], q: float) -> float:
+            r = sorted(values)
+            return r[min(len(r) - 1, int(q * len(r)))] if r else 0.0
+
+        own = [a - b for a, b in zip(self.recent_ms, self.recent_sample_ms, strict=True)]
         return {"ticks": self.n, "tick_ms_last": self.last_ms, "tick_ms_mean": self.sum_ms / max(self.n, 1),
-                "tick_ms_p50": p(0.5), "tick_ms_p99": p(0.99), "tick_ms_max": self.max_ms, "flows": self.flows,
+                "tick_ms_p50": pct(self.recent_ms, 0.5), "tick_ms_p99": pct(self.recent_ms, 0.99),
+                "tick_ms_max": self.max_ms, "sample_ms_p50": pct(self.recent_sample_ms, 0.5),
+                "sample_ms_p99": pct(self.recent_sample_ms, 0.99), "own_ms_p50": pct(own, 0.5),
+                "own_ms_p99": pct(own, 0.99), "flows": self.flows,
                 "managed": self.managed, "decisions": self.decisions, "switches": self.switches,
                 "reverts": self.reverts, "manual": self.manual, "failed": self.failed}
 
@@ -147,6 +154,7 @@ class Controller:
     def tick(self) -> None:
         t0 = time.perf_counter()
         table = self.dp.sample()
+        sample_ms = (time.perf_counter() - t0) * 1e3
         self.recorder.samples(table)
         self.last_table = table
         self._aggregator.add(table, self.tick_s)
@@ -161,7 +169,7 @@ class Controller:
         if self._dirty:
             self.save_state()
         ms = (time.perf_counter() - t0) * 1e3
-        self.stats.add(ms)
+        self.stats.add(ms, sample_ms)
         if self.metrics is not None:
             self.metrics.tick(self, ms)
 

@@ -69,6 +69,7 @@ class DqnDecider(Decider):
         self.actions = tuple(policy.actions)
         self.interval_s = float(policy.interval_s)
         self.reset()
+        policy.q_values(np.zeros((2, policy.n_features), np.float32))  # BLAS set-up before the first tick
 
     def reset(self) -> None:
         self.builder = ObservationBuilder(self.policy.normalisation, window=self.policy.window,
