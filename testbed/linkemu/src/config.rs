@@ -1016,6 +1016,38 @@ mod tests {
     }
 
     #[test]
+    fn dualpi2_defaults_and_errors() {
+        let dq = |q: &str| BASE.replace(r#"{"kind": "pfifo", "limit_pkts": 50}"#, q);
+        let c = Config::from_json(&dq(r#"{"kind": "dualpi2"}"#)).unwrap();
+        c.validate().unwrap();
+        let QdiscConfig::DualPi2(d) = &c.uplink.qdisc else { panic!() };
+        assert_eq!((d.target_ms, d.tupdate_ms, d.alpha_hz, d.beta_hz, d.k), (15.0, 16.0, 0.16, 3.2, 2.0));
+        assert_eq!((d.l_min_th_ms, d.l_max_th_ms, d.limit_pkts), (1.0, None, 10_000));
+        assert_eq!((d.classifier.as_str(), d.scheduler.as_str(), d.c_weight_pct), ("ecn", "wrr", 10.0));
+        assert!(d.drop_on_overload);
+        for (q, field) in [
+            (r#"{"kind": "dualpi2", "target_ms": 0}"#, "uplink.qdisc.target_ms"),
+            (r#"{"kind": "dualpi2", "l_max_th_ms": 0.5}"#, "uplink.qdisc.l_max_th_ms"),
+            (r#"{"kind": "dualpi2", "classifier": "dscp"}"#, "uplink.qdisc.l_dscp"),
+            (r#"{"kind": "dualpi2", "l_dscp": [40]}"#, "uplink.qdisc.l_dscp"),
+            (r#"{"kind": "dualpi2", "classifier": "dscp", "l_dscp": [64]}"#, "uplink.qdisc.l_dscp"),
+            (r#"{"kind": "dualpi2", "classifier": "tos"}"#, "uplink.qdisc.classifier"),
+            (r#"{"kind": "dualpi2", "scheduler": "fifo"}"#, "uplink.qdisc.scheduler"),
+            (r#"{"kind": "dualpi2", "c_weight_pct": 101}"#, "uplink.qdisc.c_weight_pct"),
+            (r#"{"kind": "dualpi2", "k": 0}"#, "uplink.qdisc.k"),
+            (r#"{"kind": "dualpi2", "alpha": 1}"#, "uplink.qdisc.alpha"),
+            (r#"{"kind": "dualpi2", "limit_pkts": 0}"#, "uplink.qdisc.limit_pkts"),
+        ] {
+            assert_eq!(err(&dq(q)).field, field, "{q}");
+        }
+        let e = err(&BASE.replace(
+            "\"wifi\": null",
+            "\"wifi\": {\"clients\": [{\"phy_rate_mbit\": 1}, {\"phy_rate_mbit\": 1}], \"queue\": {\"kind\": \"dualpi2\"}}",
+        ));
+        assert_eq!(e.field, "wifi.queue.kind", "{e}");
+    }
+
+    #[test]
     fn wifi_defaults_follow_80211() {
         let c = Config::from_json(&BASE.replace(
             "\"wifi\": null",

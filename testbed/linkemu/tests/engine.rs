@@ -242,3 +242,72 @@ fn finishing_on_a_boundary_adds_no_empty_interval() {
     assert!((last.t_s - 0.25).abs() < 1e-9);
     assert!((last.rate_mbit - 0.8).abs() < 0.2, "{}", last.rate_mbit); // 5 packets x 8 kbit in 50 ms
 }
+
+#[test]
+fn dualpi2_uplink_per_class_statistics() {
+    // Uplink: DualPI2 at 12 Mbit/s (one 1500-byte packet per ms).  Client 0
+    // sends unresponsive Not-ECT UDP at 1.1x the rate (Classic queue), client
+    // 1 a light (0.1x) ECT(1) stream (L queue): the C traffic must lose 18 %
+    // (p_C = 0.18, p' = 0.43, below overload at p' = 0.5).  The PI holds the C queue near its
+    // 15 ms target by dropping; the L packets pass with little queueing and
+    // are CE-marked with p_CL = 2 p' (about 0.85).
+    let up = r#""uplink": {"rate_mbit": 12.0, "delay_ms": 5, "qdisc": {"kind": "dualpi2"}}"#;
+    let json = cfg("")
+        .replace(r#""uplink": {"rate_mbit": 12.0, "delay_ms": 5, "qdisc": {"kind": "pfifo", "limit_pkts": 10}}"#, up);
+    let mut s = Sim::new(&json.replace("\"per_packet\": true", "\"per_packet\": false"));
+    let dur = 20 * NS_PER_S;
+    let (mut tc, mut tl) = (T0, T0 + 3 * NS_PER_US);
+    while tc.min(tl) < T0 + dur {
+        if tc <= tl {
+            s.inject(tc, 0, udp(SRV, C0, 1500));
+            tc += 910 * NS_PER_US;
+        } else {
+            s.inject(tl, 1, build::ipv4_udp(SRV, C1, 1500, Ecn::Ect1));
+            tl += 10 * NS_PER_MS + 333; // drifts across the 1-ms transmission grid
+        }
+    }
+    s.run_until(T0 + dur + 100 * NS_PER_MS);
+    let inside = s.engine.finish(s.clock.now());
+    let j = s.engine.stats.direction_json(Dir::Up, inside[0]);
+    let classic = &j["classes"]["classic"];
+    let l4s = &j["classes"]["l4s"];
+    let c_mean = classic["sojourn_us"]["mean"].as_f64().unwrap();
+    assert!((c_mean - 15_000.0).abs() < 2_000.0, "classic sojourn {c_mean} us");
+    assert!(classic["drops"]["aqm"].as_u64().unwrap() > 2_000, "{classic}");
+    assert_eq!(classic["ecn_marks"], 0);
+    // L waits for the packet on the wire (0-1 ms), sometimes for one C packet
+    // more (WRR gives C 10 %), never behind the C queue.
+    assert!(l4s["drops_total"].as_u64().unwrap() < 40, "overload drops in the start transient only: {l4s}");
+    assert!(l4s["sojourn_us"]["mean"].as_f64().unwrap() < 800.0, "{l4s}");
+    assert!(l4s["sojourn_us"]["p99"].as_f64().unwrap() < 2_100.0, "{l4s}");
+    let (l_out, l_marks) = (l4s["packets_out"].as_u64().unwrap(), l4s["ecn_marks"].as_u64().unwrap());
+    assert!(l_out > 1_900 && l_marks as f64 > 0.7 * l_out as f64, "{l4s}");
+    // Classes add up to the direction's totals.
+    let sum = classic["packets_out"].as_u64().unwrap() + l_out;
+    assert_eq!(sum, j["packets_out"].as_u64().unwrap());
+    // Both classes share the 12 Mbit/s; the L stream gets what it sends (1.2 Mbit/s).
+    assert!((l4s["rate_mbit"].as_f64().unwrap() - 1.2).abs() < 0.05, "{l4s}");
+    assert!((j["rate_mbit"].as_f64().unwrap() - 12.0).abs() < 0.1);
+    // The frames that left carry CE with a valid IPv4 header checksum.
+    let ce: Vec<&Emit> = s.sent_to(2).into_iter().filter(|e| e.pkt.ecn() == Ecn::Ce).collect();
+    assert_eq!(ce.len() as u64, l_marks);
+    assert!(ce.iter().all(|e| linkemu::packet::ipv4_checksum(&e.pkt.frame()[14..34]) == 0));
+    // Interval rows (100 ms): per-class columns on the uplink only; queues and p' on -1 rows.
+    let rows = s.rows.lock().unwrap().clone();
+    let last_full = rows.iter().filter(|r| (r.t_s - 15.0).abs() < 1e-9).collect::<Vec<_>>();
+    let all_up = last_full.iter().find(|r| r.dir == Dir::Up && r.client == -1).unwrap();
+    let cls = all_up.classes.as_ref().unwrap();
+    assert!((cls[0].sojourn_mean_us - 15_000.0).abs() < 3_000.0, "{cls:?}");
+    assert!(cls[0].sojourn_p90_us >= cls[0].sojourn_mean_us && cls[0].sojourn_max_us >= cls[0].sojourn_p99_us);
+    assert!(cls[0].queue_pkts.unwrap() > 5 && cls[1].queue_pkts.is_some());
+    let p = all_up.p_prime.unwrap();
+    assert!(p > 0.3 && p < 0.6, "p' {p}");
+    let c1_up = last_full.iter().find(|r| r.dir == Dir::Up && r.client == 1).unwrap();
+    assert!(c1_up.classes.as_ref().unwrap()[1].marks >= 5 && c1_up.classes.as_ref().unwrap()[1].queue_pkts.is_none());
+    let all_down = last_full.iter().find(|r| r.dir == Dir::Down && r.client == -1).unwrap();
+    assert!(all_down.classes.is_none() && all_down.p_prime.is_none());
+    let j = s.engine.stats.direction_json(Dir::Down, inside[1]);
+    assert!(j["classes"].is_null());
+    let q = s.engine.link(Dir::Up).qdisc().stats_json().unwrap();
+    assert_eq!(q["l4s_coupled_marks"].as_u64().unwrap() + q["l4s_native_marks"].as_u64().unwrap(), l_marks);
+}
