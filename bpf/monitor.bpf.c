@@ -227,6 +227,8 @@ int ccs_sample(struct bpf_iter__tcp *ctx)
 	r->write_seq = tp->write_seq;
 	r->sndq_bytes = tp->write_seq - tp->snd_una;
 	r->cb_flags = tp->bpf_sock_ops_cb_flags;
+	r->ecn_flags = tp->ecn_flags;
+	r->received_ce = tp->received_ce;
 
 	fr = bpf_map_lookup_elem(&ccs_flow_rtt, &r->cookie);
 	if (fr) {

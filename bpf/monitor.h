@@ -55,7 +55,7 @@ struct flow_record {
 	__u32 snd_ssthresh;	/* segments (0x7fffffff = infinite) */
 	__u32 mss;
 	__u32 delivered;	/* segments delivered */
-	__u32 delivered_ce;
+	__u32 delivered_ce;	/* segments delivered that the peer reported CE-marked */
 	__u32 lost;		/* segments marked lost, total */
 	__u32 total_retrans;	/* segments retransmitted, total */
 	__u32 segs_out;
@@ -71,6 +71,10 @@ struct flow_record {
 	__u8 state;		/* TCP_ESTABLISHED = 1, ... */
 	__u8 ca_state;		/* TCP_CA_Open = 0, ..., TCP_CA_Loss = 4 */
 	char cca[16];		/* current congestion control */
+	/* appended for ECN (issue 6); older fields keep their offsets */
+	__u32 ecn_flags;	/* tcp_sock.ecn_flags: bit 0 RFC 3168 mode, bit 4 AccECN mode
+				 * (both = AccECN negotiation pending), bit 3 ECT seen */
+	__u32 received_ce;	/* segments received CE-marked (receiver side, AccECN's ACE count) */
 };
 
 #endif /* CCSWITCH_MONITOR_H */

@@ -31,7 +31,7 @@ FLOW_RECORD_DTYPE = np.dtype([
     ("segs_out", "<u4"), ("data_segs_out", "<u4"), ("retrans_events", "<u4"),
     ("packets_out", "<u4"), ("sndq_bytes", "<u4"), ("write_seq", "<u4"), ("cb_flags", "<u4"),
     ("family", "<u2"), ("sport", "<u2"), ("dport", "<u2"), ("state", "u1"), ("ca_state", "u1"),
-    ("cca", "S16"),
+    ("cca", "S16"), ("ecn_flags", "<u4"), ("received_ce", "<u4"),
 ])
 # the C compiler pads the struct to 8-byte alignment
 FLOW_RECORD_SIZE = (FLOW_RECORD_DTYPE.itemsize + 7) & ~7

@@ -24,6 +24,9 @@ MIN_INTERVAL_S = 0.1
 # Per delivered segment on the wire: IPv4 (20) or IPv6 (40) + TCP (20) + the
 # timestamp option (12) that Linux negotiates by default.
 HEADER_BYTES = {2: 52, 10: 72}
+# tcp_sock.ecn_flags (include/net/tcp.h): the negotiated feedback mode
+ECN_MODE_RFC3168 = 1 << 0
+ECN_MODE_ACCECN = 1 << 4
 _U32 = np.uint64(1 << 32)
 
 
@@ -115,12 +118,20 @@ class Sampler:
         return pa.DictionaryArray.from_arrays(pa.array(inverse.astype(np.int32)), names).cast(
             pa.string())
 
+    @staticmethod
+    def _ecn_modes(c: np.ndarray) -> np.ndarray:
+        """tcp_sock.ecn_flags -> schema ecn_mode code (0 none, 1 rfc3168, 2 accecn, 3 pending)."""
+        flags = c["ecn_flags"]
+        rfc, acc = (flags & ECN_MODE_RFC3168) != 0, (flags & ECN_MODE_ACCECN) != 0
+        return np.where(acc, np.where(rfc, 3, 2), np.where(rfc, 1, 0)).astype(np.uint8)
+
     def _build(self, c: np.ndarray, p: np.ndarray, dt: np.ndarray) -> pa.Table:
         acked = _delta(c, p, "bytes_acked")
         delivered = _delta_u32(c, p, "delivered")
         hdr = np.where(c["family"] == 10, HEADER_BYTES[10], HEADER_BYTES[2])
         sent_segs = _delta_u32(c, p, "data_segs_out")
         retrans = _delta_u32(c, p, "total_retrans")
+        ce = _delta_u32(c, p, "delivered_ce")
         samples = _delta(c, p, "rtt_samples")
         diffs = np.where(p["rtt_samples"] > 0, samples, samples - 1)
         absdiff = _delta(c, p, "rtt_absdiff_sum_us")
@@ -132,6 +143,7 @@ class Sampler:
             jitter = np.where(diffs > 0, absdiff / np.maximum(diffs, 1), np.nan)
             rtt_ratio = np.where(min_rtt > 0, srtt / min_rtt, np.nan)
             loss = np.where(sent_segs > 0, retrans / np.maximum(sent_segs, 1), 0.0)
+            ce_fraction = np.where(delivered > 0, ce / np.maximum(delivered, 1), np.nan)
         cols = {
             "ts_s": c["ts_ns"] / 1e9 + self._mono_to_wall,
             "interval_s": dt,
@@ -167,6 +179,10 @@ class Sampler:
             "mss_bytes": c["mss"],
             "state": c["state"],
             "ca_state": c["ca_state"],
+            "ecn_mode": self._ecn_modes(c),
+            "ce_segs": ce.astype(np.uint32),
+            "ce_fraction": np.clip(ce_fraction, 0.0, 1.0),
+            "received_ce_segs": _delta_u32(c, p, "received_ce").astype(np.uint32),
         }
         return pa.Table.from_pydict(cols, schema=FLOW_SAMPLE_SCHEMA)
 

@@ -11,6 +11,12 @@ names.  Metrics follow paper 002, Tables 2 and 3:
   S_qsize      -> sndq_bytes;  byte_rate -> byte_rate_bps
   Th_max       -> delivery_rate_bps (kernel's delivery-rate estimate)
   CCA_name     -> cca
+
+Optional columns (nullable): added after version 1 was first written, at
+the end.  Files written before them lack the columns; readers fill them with
+nulls (`complete()`), so every reader must accept null in these columns and
+nothing else.  ECN columns (issue 6): ecn_mode, ce_segs, ce_fraction,
+received_ce_segs.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ class Field:
     name: str
     type: pa.DataType
     doc: str
+    optional: bool = False  # nullable; may be absent from files written before it existed
 
 
 FIELDS: tuple[Field, ...] = (
@@ -69,10 +76,44 @@ FIELDS: tuple[Field, ...] = (
     Field("mss_bytes", pa.uint32(), "sender MSS, bytes"),
     Field("state", pa.uint8(), "TCP state (1 = ESTABLISHED)"),
     Field("ca_state", pa.uint8(), "congestion-avoidance state (0 Open ... 4 Loss)"),
+    # ---- optional (nullable) columns, appended ----
+    Field("ecn_mode", pa.uint8(),
+          "ECN feedback negotiated on the connection: 0 none, 1 RFC 3168 (classic ECE/CWR), "
+          "2 AccECN (Accurate ECN, RFC 9768), 3 AccECN requested, handshake not finished "
+          "(ECN_MODES)",
+          optional=True),
+    Field("ce_segs", pa.uint32(),
+          "delivered segments the peer reported CE-marked in the interval (tcp_sock.delivered_ce); "
+          "exact with AccECN, with rfc3168 every segment acked while ECE is echoed counts",
+          optional=True),
+    Field("ce_fraction", pa.float64(),
+          "ce_segs / delivered_segs in the interval, 0..1 (NaN when nothing was delivered); "
+          "for full-sized segments the fraction of CE-marked bytes",
+          optional=True),
+    Field("received_ce_segs", pa.uint32(),
+          "segments this socket received CE-marked in the interval (receiver side; "
+          "tcp_sock.received_ce)",
+          optional=True),
 )
 
 FLOW_SAMPLE_SCHEMA = pa.schema(
-    [pa.field(f.name, f.type, nullable=False, metadata={"doc": f.doc}) for f in FIELDS],
+    [pa.field(f.name, f.type, nullable=f.optional, metadata={"doc": f.doc}) for f in FIELDS],
     metadata={"ccswitch.schema": "FlowSample", "ccswitch.schema_version": str(SCHEMA_VERSION)},
 )
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS)
+ECN_MODES: tuple[str, ...] = ("none", "rfc3168", "accecn", "pending")
+"""Names of the ecn_mode codes, by code."""
+REQUIRED_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS if not f.optional)
+OPTIONAL_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS if f.optional)
+
+
+def complete(table: pa.Table) -> pa.Table:
+    """`table` with every optional column it lacks added as nulls, in FIELD_NAMES order.
+
+    For readers of files written before an optional column existed.  Extra
+    columns are dropped; a missing required column raises KeyError.
+    """
+    n = table.num_rows
+    cols = [table.column(f.name) if f.name in table.column_names
+            else (pa.nulls(n, f.type) if f.optional else table.column(f.name)) for f in FIELDS]
+    return pa.Table.from_arrays(cols, names=list(FIELD_NAMES))

@@ -80,7 +80,8 @@ def _empty_row() -> dict[str, Any]:
 def _table(rows: list[dict[str, Any]]) -> pa.Table:
     if not rows:
         return FLOW_SAMPLE_SCHEMA.empty_table()
-    return pa.Table.from_pylist([{k: r[k] for k in FIELD_NAMES} for r in rows], schema=FLOW_SAMPLE_SCHEMA)
+    return pa.Table.from_pylist([{k: r.get(k) for k in FIELD_NAMES} for r in rows],  # optional: null
+                                schema=FLOW_SAMPLE_SCHEMA)
 
 
 # ------------------------------------------------------------------ iperf3 ---

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ccswitch.schema import FIELD_NAMES, FLOW_SAMPLE_SCHEMA
+from ccswitch.schema import FIELD_NAMES, FLOW_SAMPLE_SCHEMA, complete
 
 from .trace import write_capture
 
@@ -84,8 +84,8 @@ def make_corpus(out_dir: str | Path, *, n_conditions: int = 6, duration_s: int =
             t0 = T0 + 1000 * (c * 100 + n_arm)
             a_rows = _rows(fid, 42, 61001, per_bin, thr, rtt, loss, base, t0, interval_s)
             c_rows = _rows(fid + 1, 42, 61002, ["cubic"] * k, comp, rtt * 1.02, loss, base, t0, interval_s)
-            table = pa.concat_tables([pa.Table.from_pydict(a_rows, schema=FLOW_SAMPLE_SCHEMA),
-                                      pa.Table.from_pydict(c_rows, schema=FLOW_SAMPLE_SCHEMA)])
+            table = pa.concat_tables([complete(pa.Table.from_pydict(a_rows)).cast(FLOW_SAMPLE_SCHEMA),
+                                      complete(pa.Table.from_pydict(c_rows)).cast(FLOW_SAMPLE_SCHEMA)])
             assert table.column_names == list(FIELD_NAMES)
             arm_id = start if to is None else f"{start}-{to}@{mid * interval_s:g}"
             write_capture(out / cond / f"{arm_id}--s1", table, {

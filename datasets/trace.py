@@ -58,7 +58,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ccswitch.schema import FIELD_NAMES, FIELDS, FLOW_SAMPLE_SCHEMA, SCHEMA_VERSION
+from ccswitch.schema import (
+    FIELD_NAMES,
+    FIELDS,
+    FLOW_SAMPLE_SCHEMA,
+    REQUIRED_FIELD_NAMES,
+    SCHEMA_VERSION,
+    complete,
+)
 
 __all__ = [
     "FORMAT",
@@ -133,25 +140,27 @@ def read_samples(path: str | Path) -> pa.Table:
     if version is not None and version.decode() != str(SCHEMA_VERSION):
         raise TraceError(f"{p}: FlowSample schema version {version.decode()}, this ccswitch reads "
                          f"version {SCHEMA_VERSION}")
-    missing = [n for n in FIELD_NAMES if n not in schema.names]
+    missing = [n for n in REQUIRED_FIELD_NAMES if n not in schema.names]  # optional ones: nulls
     if missing:
         more = f" (and {len(missing) - 1} more: {', '.join(missing[1:4])}{'...' if len(missing) > 4 else ''})" \
             if len(missing) > 1 else ""
         raise TraceError(f"{p}: missing column '{missing[0]}'{more}; FlowSample schema v{SCHEMA_VERSION} "
                          f"has {len(FIELDS)} columns (ccswitch/schema.py)")
     for f in FIELDS:
+        if f.name not in schema.names:
+            continue
         found = schema.field(f.name).type
         if not _compatible(found, f.type):
             raise TraceError(f"{p}: column '{f.name}' has type {found}, expected {f.type} "
                              f"(FlowSample schema v{SCHEMA_VERSION})")
     try:
-        table = pf.read(columns=list(FIELD_NAMES))
+        table = complete(pf.read(columns=[n for n in FIELD_NAMES if n in schema.names]))
     except (pa.ArrowException, OSError, ValueError) as e:
         raise TraceError(_locate_corruption(p, pf, e)) from None
     arrays = []
     for f in FIELDS:
         col = table.column(f.name)
-        if col.null_count:
+        if col.null_count and not f.optional:
             raise TraceError(f"{p}: column '{f.name}' has {col.null_count} null value(s); FlowSample "
                              f"columns are non-nullable (NaN marks an unknown float)")
         if not col.type.equals(f.type):
@@ -176,10 +185,10 @@ def _locate_corruption(p: Path, pf: pq.ParquetFile, exc: BaseException) -> str:
 
 def write_samples(table: pa.Table, path: str | Path) -> int:
     """Write FlowSample rows (sorted by time, flow) as zstd Parquet; returns the row count."""
-    missing = [n for n in FIELD_NAMES if n not in table.column_names]
+    missing = [n for n in REQUIRED_FIELD_NAMES if n not in table.column_names]
     if missing:
         raise TraceError(f"{path}: cannot write samples without column '{missing[0]}'")
-    table = table.select(list(FIELD_NAMES)).cast(FLOW_SAMPLE_SCHEMA)
+    table = complete(table).cast(FLOW_SAMPLE_SCHEMA)
     if table.num_rows:
         table = table.sort_by([("ts_s", "ascending"), ("flow_id", "ascending")])
     pq.write_table(table, path, compression="zstd")
