@@ -2,7 +2,7 @@
 
 The emulator bridges the router's client-side veth ends and its server-side
 end, impairing IP traffic per direction (rate or Mahimahi trace, delay,
-loss, pfifo/CoDel, a shared WiFi medium); its config format is documented in
+loss, pfifo/CoDel/DualPI2, a shared WiFi medium); its config format is documented in
 ``testbed/linkemu/README.md``.  Typical use with the testbed topology::
 
     from ccswitch.testbed.emulator import Emulator, emulator_config, link
@@ -49,6 +49,7 @@ __all__ = [
     "Emulator",
     "EmulatorError",
     "binary_path",
+    "dualpi2",
     "emulator_config",
     "link",
 ]
@@ -94,6 +95,20 @@ def link(
         "qdisc": qdisc if qdisc is not None else {"kind": "pfifo", "limit_pkts": limit_pkts},
         **extra,
     }
+
+
+def dualpi2(**params: Any) -> dict[str, Any]:
+    """A DualPI2 (RFC 9332) ``qdisc`` object for :func:`link`; *params* are its fields.
+
+    Fields left out take linkemu's defaults (Linux sch_dualpi2's): ``target_ms`` 15,
+    ``tupdate_ms`` 16, ``alpha_hz`` 0.16, ``beta_hz`` 3.2, ``k`` 2, ``l_min_th_ms`` 1
+    (``l_max_th_ms`` for a ramp), ``l_min_qlen_pkts`` 1, ``classifier`` "ecn" or
+    "dscp" with ``l_dscp``, ``scheduler`` "wrr" (``c_weight_pct`` 10) or "tsfifo"
+    (``tshift_ms`` 50), ``drop_on_overload`` true, ``limit_pkts`` 10000.  linkemu
+    validates them (a bad field exits 2 naming it, raised as :class:`EmulatorError`).
+    Example: ``link(50, 5, qdisc=dualpi2(classifier="dscp", l_dscp=[40]))``.
+    """
+    return {"kind": "dualpi2", **params}
 
 
 def emulator_config(
