@@ -6,6 +6,8 @@ Issue 5, section 4.  Every ``testbed/scenarios/fair-*.toml`` (and
     static      the file without its daemon: the flows keep their initial CCA
     dqn         ccswitchd on every client with the shipped DQN policy
     heuristic   ccswitchd with paper 002's evaluation function
+    daemon-static-CCA   ccswitchd with policy "static": every flow put on CCA (what a policy
+                        that always picks CCA would reach; e.g. daemon-static-bbr)
 
 ``run`` writes ``OUT/<scenario>/<arm>/run-01-seed-1/`` (the runner's run
 folders); ``report`` reads them back and writes ``docs/results-daemon.md``
@@ -35,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = REPO / "testbed" / "scenarios"
 DEFAULT_OUT = Path("results/daemon")
 DEFAULT_DOC = REPO / "docs" / "results-daemon.md"
-ARMS = ("static", "dqn", "heuristic")
+ARMS = ("static", "dqn", "heuristic", "daemon-static-cubic", "daemon-static-bbr", "daemon-static-pcc")
 DEFAULT_ARMS = ("static", "dqn")
 
 
@@ -48,6 +50,8 @@ def arm_scenario(sc: Scenario, arm: str) -> Scenario:
     if arm == "static":
         return replace(sc, daemon=None)
     base = sc.daemon or DaemonSettings()
+    if arm.startswith("daemon-static-"):
+        return replace(sc, daemon=replace(base, policy="static", cca=arm.removeprefix("daemon-static-")))
     return replace(sc, daemon=replace(base, policy=arm, cca=None))
 
 
