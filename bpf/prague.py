@@ -11,8 +11,12 @@ Same order of preference as PCC (pcc.py), so loading is idempotent:
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from ccswitch.bpf.libbpf import BPF_F_LINK, BpfObject, find_map_by_name
 from ccswitch.host import available_ccas
@@ -38,7 +42,6 @@ def ensure_prague(obj_path: Path = OBJ_PATH) -> PragueHandle:
     if NAME in available_ccas():
         ours = find_map_by_name(STRUCT_OPS_MAP)
         if ours is not None:
-            import os
             os.close(ours)
         return PragueHandle("ccswitch-shared" if ours is not None else "kernel")
     obj = BpfObject(obj_path)
@@ -50,3 +53,24 @@ def ensure_prague(obj_path: Path = OBJ_PATH) -> PragueHandle:
     except BaseException:
         obj.close()
         raise
+
+
+# tcp_sock.ecn_flags (prague.h): RFC 3168 or AccECN feedback negotiated
+ECN_MODE_ANY = (1 << 0) | (1 << 4)
+
+
+def refuse_without_ecn(records: np.ndarray, flows: Sequence[int]) -> dict[int, str]:
+    """Flows (socket cookies) that must not be switched to prague, with the reason.
+
+    A connection that negotiated no ECN gets no CE feedback, yet the kernel
+    sets ECT(0) on its packets once it runs an ECN congestion control (and
+    Prague's fallback to Reno cannot run inside the switcher's setsockopt):
+    an AQM would mark it instead of dropping and nobody would answer the
+    marks.  `records` are monitor flow_records (bpf/monitor.py).  Flows not
+    in `records` are left to the switcher, which reports them as not found.
+    """
+    ecn = dict(zip(records["cookie"].tolist(), (records["ecn_flags"] & ECN_MODE_ANY).tolist(),
+                   strict=True))
+    return {f: (f"flow {f} negotiated no ECN, so {NAME} would get no feedback from ECN marks; "
+                f"start it with {NAME} (or with net.ipv4.tcp_ecn=1) to be able to switch it to {NAME}")
+            for f in flows if ecn.get(f, 1) == 0}

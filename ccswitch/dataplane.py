@@ -1,8 +1,9 @@
 """DataPlane: the kernel side of ccswitch for one network namespace.
 
-Owns the monitor (sockops + sampling iterator), the switcher and PCC's
-registration, and releases all of them on close, on SIGTERM/SIGHUP (turned
-into SystemExit so that `with` blocks unwind) and on exceptions.  Nothing is
+Owns the monitor (sockops + sampling iterator), the switcher and the
+registrations of PCC and (prague=True) Prague, and releases all of them on
+close, on SIGTERM/SIGHUP (turned into SystemExit so that `with` blocks
+unwind) and on exceptions.  Nothing is
 pinned: if the process is killed outright the kernel drops every link with
 its fds.
 """
@@ -18,6 +19,8 @@ import pyarrow as pa
 
 from ccswitch.bpf.monitor import Monitor
 from ccswitch.bpf.pcc import PccHandle, ensure_pcc
+from ccswitch.bpf.prague import NAME as PRAGUE
+from ccswitch.bpf.prague import PragueHandle, ensure_prague, refuse_without_ecn
 from ccswitch.bpf.switcher import INHERIT_MODES, Switcher, SwitchError, SwitchResult
 from ccswitch.host import (
     InstanceLock,
@@ -62,12 +65,13 @@ class DataPlane:
     instance lock), which is what a one-shot `ccswitch switch` needs.
     """
 
-    def __init__(self, *, monitor: bool = True, pcc: bool = True):
+    def __init__(self, *, monitor: bool = True, pcc: bool = True, prague: bool = False):
         require_root()
         require_btf()
         require_bpffs()
         self._lock = InstanceLock() if monitor else None
         self.pcc: PccHandle | None = None
+        self.prague: PragueHandle | None = None
         self.monitor: Monitor | None = None
         self.switcher: Switcher | None = None
         try:
@@ -75,6 +79,8 @@ class DataPlane:
                 self._lock.acquire()
             if pcc:
                 self.pcc = ensure_pcc()
+            if prague:
+                self.prague = ensure_prague()
             if monitor:
                 self.monitor = Monitor()
                 self.sampler = Sampler(self.monitor.snapshot)
@@ -97,7 +103,21 @@ class DataPlane:
         for _, cca, inherit in requests:
             validate_request(cca, inherit, avail)
         assert self.switcher is not None
-        return self.switcher.apply(requests)
+        refused = self._refused_without_ecn([f for f, cca, _ in requests if cca == PRAGUE])
+        if not refused:
+            return self.switcher.apply(requests)
+        done = iter(self.switcher.apply([r for r in requests if r[0] not in refused or r[1] != PRAGUE]))
+        return [SwitchResult(f, cca, inh, ok=False, error=refused[f]) if f in refused and cca == PRAGUE
+                else next(done) for f, cca, inh in requests]
+
+    def _refused_without_ecn(self, flows: list[int]) -> dict[int, str]:
+        """Prague needs ECN feedback: flows that negotiated none are refused (bpf/prague.py)."""
+        if not flows:
+            return {}
+        if self.monitor:
+            return refuse_without_ecn(self.monitor.snapshot(), flows)
+        with Monitor() as mon:
+            return refuse_without_ecn(mon.snapshot(), flows)
 
     def refresh_pcc(self) -> bool:
         """Register PCC again when it vanished (the process that registered it exited).
@@ -116,10 +136,10 @@ class DataPlane:
         return True
 
     def close(self) -> None:
-        for part in (self.switcher, self.monitor, self.pcc):
+        for part in (self.switcher, self.monitor, self.pcc, self.prague):
             if part is not None:
                 part.close()
-        self.switcher = self.monitor = self.pcc = None
+        self.switcher = self.monitor = self.pcc = self.prague = None
         if self._lock:
             self._lock.release()
 
