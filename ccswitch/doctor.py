@@ -61,7 +61,10 @@ def run_checks() -> list[Check]:
                         "build the kernel with CONFIG_TCP_CONG_CUBIC and CONFIG_TCP_CONG_BBR"))
     pcc_detail = "kernel module" if "pcc" in avail else "ccswitch's BPF struct_ops (loaded on demand)"
     checks.append(Check("PCC", True, pcc_detail, required=False))
-    objs = [BPF_DIR / f"{n}.bpf.o" for n in ("monitor", "switcher", "pcc")]
+    prague_detail = ("registered" if "prague" in avail else
+                     "ccswitch's BPF struct_ops (loaded on demand; needs ECN, see docs/l4s-kernel.md)")
+    checks.append(Check("Prague", True, prague_detail, required=False))
+    objs = [BPF_DIR / f"{n}.bpf.o" for n in ("monitor", "switcher", "pcc", "prague", "cemark")]
     absent = [o.name for o in objs if not o.exists()]
     checks.append(Check("BPF objects", not absent,
                         "built" if not absent else "missing " + ", ".join(absent),
