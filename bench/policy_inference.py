@@ -72,7 +72,8 @@ def main() -> None:
     pol = load_policy(args.policy)
     rng = np.random.default_rng(0)
     print(f"policy {args.policy} ({pol.n_features} features, layers "
-          f"{' x '.join(str(k.shape[1]) for k in pol.kernels)}), numpy {np.__version__}, 1 thread, 1 CPU")
+          f"{' x '.join(str(k.shape[1]) for k in pol.kernels)}), numpy {np.__version__}, 1 thread, 1 CPU; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'flows':>7} {'forward us':>11} {'decisions/s':>13} {'vs target':>10}   "
           f"{'tick us':>10} {'decisions/s':>13} {'vs target':>10}")
     print(f"{'':>7} {'(forward pass + argmax)':>36}   {'(table -> features -> forward -> names)':>35}")

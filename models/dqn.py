@@ -248,9 +248,6 @@ def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus |
     keras.utils.set_random_seed(hp.seed)  # Python, numpy and TensorFlow
     tf.config.experimental.enable_op_determinism()
     rng = np.random.default_rng(hp.seed)
-    out = Path(out_dir) if out_dir else Path("results") / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
-
     replay = corpus if isinstance(corpus, ReplayCorpus) else ReplayCorpus.load(corpus, log=log)
     if split is None:
         train_ids, test_ids = replay.split(hp.test_fraction)
@@ -258,6 +255,8 @@ def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus |
         train_ids, test_ids = sorted(split[0]), sorted(split[1])
         if not train_ids or set(train_ids) & set(test_ids):
             raise ValueError("split: need training conditions, disjoint from the held-out ones")
+    out = Path(out_dir) if out_dir else Path("results") / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
     env = CongestionControlEnv(replay, conditions=train_ids, reward_config=hp.reward, start=hp.start,
                                max_steps=hp.max_episode_steps or None,
                                normalisation=replay.fit_normalisation(train_ids))
