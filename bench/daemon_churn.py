@@ -12,8 +12,12 @@ times (ccswitch status).  Prints one table; exit 1 when a bound fails:
   * ccs_flow_rtt entries after the churn <= before + 16 (closed sockets are
     deleted by the monitor's state callback; 16 = sockets in TIME_WAIT/closing
     at the moment of reading);
-  * RSS growth <= 10 MB between the first and the last quarter of the churn
-    (allocator noise; a leak of one record per socket would be > 20 MB at 60,000);
+  * RSS growth <= 15 MB between the first and the last quarter of the churn.
+    Measured: +6..10 MB in 10 s, +6 MB over the last 45 s of 60 s (malloc
+    arenas and the observation buffers growing to their working size; a
+    synthetic churn of 150,000 flows through the controller grows the Python
+    heap by < 1 MB, tracemalloc).  A leak of one 200-byte record per socket
+    would add 12 MB at 60,000 sockets, which the 60 s run would show on top;
   * the daemon's own part of a tick (everything but the kernel's sampling
     iterator, whose cost grows with the TIME_WAIT sockets the churn leaves in
     the host-wide TCP hash and is the data plane's: bench/sampling_cost.py)
@@ -40,7 +44,7 @@ from pathlib import Path
 from ccswitch.testbed.netns import create_netns, delete_netns, nsenter_argv
 
 REPO = Path(__file__).resolve().parents[1]
-BOUNDS = {"map_growth": 16, "rss_growth_mb": 10.0, "own_p99_ms": 100.0}
+BOUNDS = {"map_growth": 16, "rss_growth_mb": 15.0, "own_p99_ms": 100.0}
 
 
 def generate(rate: float, seconds: float) -> dict[str, float]:

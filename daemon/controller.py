@@ -119,8 +119,11 @@ class Controller:
         self.started = clock()
         self.last_table: pa.Table | None = None
         self.last_decision: dict[int, dict[str, Any]] = {}
-        self.last_scores: dict[int, np.ndarray] = {}
-        self.last_features: dict[int, np.ndarray] = {}
+        self._reward_avg: dict[int, float] = {}
+        self._last_index: dict[int, int] = {}
+        self._last_q: np.ndarray | None = None
+        self._last_obs: np.ndarray | None = None
+        self._last_fast: set[int] = set()
         self.last_fair: Fairness | None = None
         self._dirty = False
         self._aggregator = Aggregator()
@@ -181,8 +184,7 @@ class Controller:
         gone = self.guard.forget(alive)
         for f in gone:
             self.last_decision.pop(f, None)
-            self.last_scores.pop(f, None)
-            self.last_features.pop(f, None)
+            self._reward_avg.pop(f, None)
             self._pending_hist.pop(f, None)
         if gone:
             self._dirty = True
@@ -199,37 +201,62 @@ class Controller:
         state = agg.column("state").to_numpy()
         mask = np.isin(state, MANAGED_STATES) & self.selector.select(agg)
         ccas = agg.column("cca").to_pylist()
+        ids_l = ids.tolist()
         rows = np.flatnonzero(mask)
         out: list[tuple[int, str, str, Verdict, dict[str, Any]]] = []
         min_age = float(self.cfg.flows["min_age_s"])
-        # post-switch evaluation: every managed flow's reward of this interval
-        managed_rows = []
-        for i in rows:
-            fid = int(ids[i])
-            v = self.guard.observe(fid, ccas[i], float(rew[i]))
-            if v is not None:
-                self._evaluated(fid, ccas[i], v, out)
-            if self.guard.age(fid) >= min_age:
-                managed_rows.append(i)
+        g = self.guard
+        mids = [ids_l[i] for i in rows]
+        for i, fid in zip(rows.tolist(), mids, strict=True):  # new flows: first seen now
+            if fid not in g.flows:
+                g.track(fid, ccas[i])
+        # the flow's reward before a switch: an exponential mean over guard.eval_window_s
+        r_m = rew[rows]
+        prev = np.fromiter((self._reward_avg.get(f, np.nan) for f in mids), np.float64, len(mids))
+        a = min(1.0, self.decision_interval_s / max(g.cfg.eval_window_s, 1e-9))
+        avg = np.where(np.isnan(prev), r_m, prev + a * (r_m - prev))
+        self._reward_avg.update(zip(mids, avg.tolist(), strict=True))
+        # post-switch evaluation: only flows with a switch under evaluation
+        for i, fid in zip(rows.tolist(), mids, strict=True):
+            fg = g.flows[fid]
+            if fg.evaluation is not None:
+                v = g.observe(fid, ccas[i], float(rew[i]))
+                if v is not None:
+                    self._evaluated(fid, ccas[i], v, out)
+        first = np.fromiter((g.flows[f].first_seen for f in mids), np.float64, len(mids))
+        managed_rows = rows[now - first >= min_age]
         self.stats.managed = len(managed_rows)
         scores = self.decider.scores(agg, fair.group, now)
+        self._last_index = dict(zip(ids_l, range(n), strict=True))
+        self._last_q = scores.values
+        self._last_obs = scores.features
         allowed = self.allowed()
         acts = self.decider.actions
-        keep_cols = [j for j, a in enumerate(acts) if a in allowed]
+        keep_cols = [j for j, a_ in enumerate(acts) if a_ in allowed]
         log_all = self.cfg.log["all_decisions"] or log.isEnabledFor(logging.DEBUG)
         reverting = {r[0] for r in out}
-        for i in managed_rows:
-            fid = int(ids[i])
-            q = scores.values[i]
-            self.last_scores[fid] = q
-            if scores.features is not None:
-                self.last_features[fid] = scores.features[i]
+        # fast path: the policy prefers the current CCA and the guard has nothing going on for the flow
+        special = {f for f, fg in g.flows.items() if fg.pin is not None or fg.streak or fg.evaluation or fg.holdoff}
+        col_of = {acts[j]: k for k, j in enumerate(keep_cols)}
+        if keep_cols and len(managed_rows):
+            q_allowed = np.nan_to_num(scores.values[np.ix_(managed_rows, keep_cols)], nan=-np.inf)
+            best = np.argmax(q_allowed, axis=1)
+            cur = np.fromiter((col_of.get(ccas[i], -1) for i in managed_rows.tolist()), np.int64, len(managed_rows))
+            fast = (best == cur) & np.isfinite(q_allowed.max(axis=1))
+        else:
+            fast = np.zeros(len(managed_rows), dtype=bool)
+        self.stats.decisions += len(managed_rows)
+        self._last_fast = {ids_l[i] for i in managed_rows[fast].tolist()}
+        for i in (managed_rows if log_all else managed_rows[~fast]).tolist() + [
+                self._last_index[f] for f in special if f in self._last_fast and not log_all]:
+            fid = ids_l[i]
             if fid in reverting:
                 continue
+            self._last_fast.discard(fid)
+            q = scores.values[i]
             sc = {acts[j]: float(q[j]) for j in keep_cols}
-            v = self.guard.decide(fid, ccas[i], sc)
-            self.stats.decisions += 1
-            qd = {a: float(q[j]) for j, a in enumerate(acts)}
+            v = g.decide(fid, ccas[i], sc)
+            qd = {a_: float(q[j]) for j, a_ in enumerate(acts)}
             rec = {"ts": now, "flow": fid, "from": ccas[i], "to": v.to, "action": v.action, "reason": v.reason,
                    "q": qd, "thratio": float(fair.thratio[i]), "jain": float(fair.jain[i]),
                    "reward": float(rew[i]), "policy": self.decider.kind}
@@ -276,7 +303,7 @@ class Controller:
         for (fid, to, prev, v, rec), res in zip(requests, results, strict=True):
             kind = "revert" if v.action == "revert" else "policy"
             if res.ok:
-                self.guard.applied(fid, prev, to, kind)
+                self.guard.applied(fid, prev, to, kind, before=self._reward_avg.get(fid))
                 rec["verdict"] = "applied"
                 if kind == "revert":
                     self.stats.reverts += 1
@@ -333,6 +360,10 @@ class Controller:
         self._dirty = True
         self.save_state()
         return {**res.as_dict(), "pinned": cca}
+
+    def last_q(self, flow: int) -> np.ndarray | None:
+        i = self._last_index.get(flow)
+        return self._last_q[i] if self._last_q is not None and i is not None else None
 
     def _row_of(self, flow: int) -> dict[str, Any] | None:
         t = self.last_table
@@ -429,9 +460,11 @@ class Controller:
             fair = dict(zip(t.column("flow_id").to_pylist(), f.thratio.tolist(), strict=True))
         for r in t.to_pylist():
             fid = r["flow_id"]
-            q = self.last_scores.get(fid)
+            q = self.last_q(fid)
             fg = self.guard.flows.get(fid)
             d = self.last_decision.get(fid)
+            if fid in self._last_fast:
+                d = {"action": "keep", "reason": "policy prefers the current CCA"}
             out.append({**r, "q": {a: float(q[j]) for j, a in enumerate(acts)} if q is not None else None,
                         "thratio": fair.get(fid), "managed": fg is not None, "pinned": fg.pin if fg else None,
                         "last_action": d["action"] if d else None, "last_reason": d["reason"] if d else None})
@@ -442,14 +475,15 @@ class Controller:
         if row is None:
             raise ValueError(f"flow {flow} not found among this namespace's TCP sockets (closed, or in another "
                              "namespace); list flows with `ccswitch flows`")
-        q = self.last_scores.get(flow)
+        q = self.last_q(flow)
         if q is None:
             raise ValueError(f"flow {flow} has no decision yet (not managed, younger than flows.min_age_s, or "
                              "waiting for the next decision interval)")
         acts = self.decider.actions
         allowed = self.allowed()
         sc = {a: float(q[j]) for j, a in enumerate(acts) if a in allowed}
-        feats = self.last_features.get(flow)
+        i = self._last_index.get(flow)
+        feats = self._last_obs[i] if self._last_obs is not None and i is not None else None
         names = getattr(getattr(self.decider, "policy", None), "feature_names", None) or getattr(
             getattr(getattr(self.decider, "inner", None), "policy", None), "feature_names", None)
         features = dict(zip(names, map(float, feats), strict=True)) if feats is not None and names else None

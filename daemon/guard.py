@@ -235,8 +235,12 @@ class Guard:
         return v
 
     # --------------------------------------------------------------- applied
-    def applied(self, flow: int, prev: str, to: str, kind: str) -> None:
-        """A switch happened (kind: "policy", "revert" or "manual")."""
+    def applied(self, flow: int, prev: str, to: str, kind: str, before: float | None = None) -> None:
+        """A switch happened (kind: "policy", "revert" or "manual").
+
+        *before*: the flow's mean reward before the switch when the caller keeps it
+        (the controller's running mean); else the rewards given to observe().
+        """
         now = self.clock()
         fg = self.track(flow, prev)
         fg.last_switch = now
@@ -244,7 +248,8 @@ class Guard:
         fg.streak, fg.streak_to = 0, ""
         fg.changed_by_us = True
         if kind == "policy" and self.cfg.eval_window_s > 0:
-            fg.evaluation = Evaluation(at=now, prev=prev, to=to, before=self._mean_before(fg))
+            fg.evaluation = Evaluation(at=now, prev=prev, to=to,
+                                       before=before if before is not None else self._mean_before(fg))
         else:
             fg.evaluation = None
         fg.rewards.clear()  # the next comparison starts from the new algorithm

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ccswitch.schema import FLOW_SAMPLE_SCHEMA
 
@@ -38,7 +37,7 @@ class RecordError(ValueError):
 
 class Recorder:
     def __init__(self, record: str | Path | None = None, decisions: str | Path | None = None):
-        self._writer: pq.ParquetWriter | None = None
+        self._writer: Any = None  # pyarrow.parquet.ParquetWriter, imported only when recording (~9 MB)
         self._dec: IO[str] | None = None
         self.rows = 0
         self.decisions = 0
@@ -50,6 +49,8 @@ class Recorder:
                     raise RecordError(f"--record {self.record_path}: the file exists (Parquet cannot be appended "
                                       "to); remove it or choose another path")
                 self.record_path.parent.mkdir(parents=True, exist_ok=True)
+                import pyarrow.parquet as pq
+
                 self._writer = pq.ParquetWriter(str(self.record_path), FLOW_SAMPLE_SCHEMA, compression="zstd")
             if self.decisions_path:
                 self.decisions_path.parent.mkdir(parents=True, exist_ok=True)
