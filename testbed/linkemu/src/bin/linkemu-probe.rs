@@ -58,6 +58,9 @@ enum Cmd {
         /// instead of per packet; for background load that must not hog a CPU.
         #[arg(long, default_value_t = 0.0)]
         batch_us: f64,
+        /// IP TOS byte (DSCP << 2 | ECN): 1 sends ECT(1) (DualPI2's L queue), 2 ECT(0).
+        #[arg(long, default_value_t = 0)]
+        tos: u8,
     },
     /// Receive and measure.
     Recv {
@@ -108,6 +111,7 @@ fn send(
     size: usize,
     duration_s: f64,
     batch_us: f64,
+    tos: u8,
 ) -> Result<(), String> {
     let size = size.clamp(16, 65_000);
     let pps = match (rate_mbit, pps) {
@@ -125,6 +129,15 @@ fn send(
     // SAFETY: setsockopt with a valid int.
     unsafe {
         libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &buf as *const _ as *const libc::c_void, 4);
+    }
+    if tos != 0 {
+        let t: libc::c_int = tos as libc::c_int;
+        // SAFETY: setsockopt with a valid int.
+        let r =
+            unsafe { libc::setsockopt(fd, libc::IPPROTO_IP, libc::IP_TOS, &t as *const _ as *const libc::c_void, 4) };
+        if r != 0 {
+            return Err(format!("setsockopt IP_TOS {tos}: {}", std::io::Error::last_os_error()));
+        }
     }
     let mut bufs = vec![vec![0u8; size]; BATCH];
     let start = mono() + 10_000_000;
@@ -354,8 +367,8 @@ fn recv(
 fn main() -> ExitCode {
     let args = Args::parse();
     let r = match args.cmd {
-        Cmd::Send { to, rate_mbit, pps, size, duration_s, batch_us } => {
-            send(to, rate_mbit, pps, size, duration_s, batch_us)
+        Cmd::Send { to, rate_mbit, pps, size, duration_s, batch_us, tos } => {
+            send(to, rate_mbit, pps, size, duration_s, batch_us, tos)
         }
         Cmd::Recv { bind, idle_s, skip_s, first_timeout_s, dump } => recv(bind, idle_s, skip_s, first_timeout_s, dump),
     };
