@@ -15,7 +15,9 @@ RTT) and the statistics it writes are checked:
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +26,7 @@ import pytest
 from ccswitch.testbed.emulator import Emulator, binary_path, dualpi2, emulator_config, link
 from ccswitch.testbed.iperf import start_flow, start_server
 from ccswitch.testbed.netns import run_in
+from ccswitch.testbed.scenario import DualPi2, ScenarioError, parse_scenario
 from ccswitch.testbed.topology import Topology
 
 RATE = 20.0  # Mbit/s: ~1.7 kpps of 1500-byte packets; 15 ms = 25 packets
@@ -55,6 +58,58 @@ def _cubic_through(qdisc: dict, *, ecn: bool, iperf3: str) -> Emulator:
 def _steady(emu: Emulator, col: str) -> list[float]:
     rows = [r for r in emu.intervals() if r["direction"] == "uplink" and r["client"] == "-1"]
     return [float(r[col]) for r in rows if WARMUP_S < float(r["t_s"]) <= SECONDS and r[col] != ""]
+
+
+SCENARIO = """
+duration_s = 10
+[link.uplink]
+rate_mbit = 50
+qdisc = {{ kind = "dualpi2", {fields} }}
+[[flows]]
+client = 1
+cca = "cubic"
+"""
+
+
+def _parse(fields: str) -> DualPi2:
+    sc = parse_scenario(SCENARIO.format(fields=fields), "s.toml")
+    q = sc.link.uplink.qdisc
+    assert isinstance(q, DualPi2)
+    return q
+
+
+def test_scenario_dualpi2_fields_reach_linkemu(linkemu: Path, tmp_path: Path) -> None:
+    """The scenario's dualpi2 table becomes linkemu's qdisc object unchanged
+    (only the fields given; linkemu fills in its defaults) and linkemu accepts it."""
+    q = _parse('target_ms = 20, k = 2.5, classifier = "dscp", l_dscp = [40, 46], scheduler = "tsfifo", '
+               'tshift_ms = 30, l_max_th_ms = 2, drop_on_overload = false')
+    cfg = q.to_config()
+    assert cfg == {"kind": "dualpi2", "target_ms": 20.0, "k": 2.5, "classifier": "dscp", "l_dscp": [40, 46],
+                   "scheduler": "tsfifo", "tshift_ms": 30.0, "l_max_th_ms": 2.0, "drop_on_overload": False}
+    conf = emulator_config(["c1"], "srv", uplink=link(50, 1, qdisc=cfg))
+    conf["stats"]["dir"] = str(tmp_path)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(conf))
+    cp = subprocess.run([str(linkemu), "--config", str(path), "--check"], capture_output=True, text=True,
+                        check=False)
+    assert cp.returncode == 0, cp.stderr
+    assert _parse("").to_config() == {"kind": "dualpi2"}
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    ('classifier = "dscp"', "l_dscp"),
+    ("l_dscp = [40]", "l_dscp"),
+    ('classifier = "dscp", l_dscp = [64]', "l_dscp[0]"),
+    ("l_max_th_ms = 0.5", "l_max_th_ms"),
+    ('scheduler = "fifo"', "scheduler"),
+    ("c_weight_pct = 150", "c_weight_pct"),
+    ("k = 0", "k"),
+    ("alpha = 0.1", "alpha"),
+])
+def test_scenario_dualpi2_errors_name_the_field(fields: str, field: str) -> None:
+    with pytest.raises(ScenarioError) as e:
+        _parse(fields)
+    assert str(e.value).startswith(f"s.toml: link.uplink.qdisc.{field}: "), str(e.value)
 
 
 @pytest.mark.kernel
