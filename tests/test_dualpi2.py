@@ -64,7 +64,7 @@ SCENARIO = """
 duration_s = 10
 [link.uplink]
 rate_mbit = 50
-qdisc = {{ kind = "dualpi2", {fields} }}
+qdisc = {{ kind = "dualpi2"{fields} }}
 [[flows]]
 client = 1
 cca = "cubic"
@@ -72,7 +72,7 @@ cca = "cubic"
 
 
 def _parse(fields: str) -> DualPi2:
-    sc = parse_scenario(SCENARIO.format(fields=fields), "s.toml")
+    sc = parse_scenario(SCENARIO.format(fields=f", {fields}" if fields else ""), "s.toml")
     q = sc.link.uplink.qdisc
     assert isinstance(q, DualPi2)
     return q
