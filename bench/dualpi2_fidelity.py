@@ -256,9 +256,12 @@ def bench_queue(topo: Topology, seconds: float) -> bool:
             diff = mean - soj["mean"]
             print(f"{name:>8} {probe_name:>12} {mean / 1000:8.2f}ms {p50 / 1000:7.2f}ms {p99 / 1000:7.2f}ms "
                   f"{soj['mean'] / 1000:7.2f}ms {soj['p99'] / 1000:7.2f}ms {diff / 1000:+8.2f}ms")
-            # The probes see what linkemu reports for their class: within 1 ms
-            # plus 5 % (a probe also waits for the packet on the wire, 0.23 ms).
-            ok &= abs(diff) < 1000 + 0.05 * soj["mean"]
+            # DualPI2: the probes see what linkemu reports for their class, within
+            # 1 ms plus 5 % (a probe also waits for the packet on the wire, 0.23 ms).
+            # Not checked for pfifo: a full tail-drop FIFO drops the probes that
+            # arrive at the longest queues, so the survivors see less than average.
+            if name == "dualpi2":
+                ok &= abs(diff) < 1000 + 0.05 * soj["mean"]
     c_ratio = res[("pfifo", "Not-ECT (C)")] / max(1.0, res[("dualpi2", "Not-ECT (C)")])
     l_ratio = res[("pfifo", "ECT(1) (L)")] / max(1.0, res[("dualpi2", "ECT(1) (L)")])
     print(f"   mean queueing delay pfifo/dualpi2: Classic probes x{c_ratio:.1f}, L4S probes x{l_ratio:.1f}")
