@@ -74,3 +74,22 @@ def refuse_without_ecn(records: np.ndarray, flows: Sequence[int]) -> dict[int, s
     return {f: (f"flow {f} negotiated no ECN, so {NAME} would get no feedback from ECN marks; "
                 f"start it with {NAME} (or with net.ipv4.tcp_ecn=1) to be able to switch it to {NAME}")
             for f in flows if ecn.get(f, 1) == 0}
+
+
+def make_default(ns: str) -> None:
+    """Make prague the default congestion control of network namespace `ns`.
+
+    ECN and AccECN are negotiated in the handshake, so a socket must run
+    prague *before* connect() (and a listener must run it to accept AccECN).
+    Tools that set the algorithm only after connecting (iperf3 3.12's -C) get
+    no ECN and Prague falls back to Reno; with prague as the namespace's
+    default every new socket starts with it.  Needs prague registered
+    (ensure_prague()); the kernel allows it as a netns default because its
+    flags include TCP_CONG_NON_RESTRICTED.
+    """
+    from ccswitch.testbed.netns import run_in  # testbed imports bpf, not the reverse
+
+    if NAME not in available_ccas():
+        raise RuntimeError(f"cannot make {NAME} the default of {ns}: it is not registered; "
+                           f"call ensure_prague() (or open DataPlane(prague=True)) first")
+    run_in(ns, ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={NAME}"])

@@ -27,11 +27,11 @@ import pytest
 
 from ccswitch.bpf.cemark import CeMarker
 from ccswitch.bpf.libbpf import find_map_by_name
-from ccswitch.bpf.prague import PRAGUE_DSCP, STRUCT_OPS_MAP, ensure_prague
+from ccswitch.bpf.prague import PRAGUE_DSCP, STRUCT_OPS_MAP, ensure_prague, make_default
 from ccswitch.dataplane import DataPlane
 from ccswitch.host import available_ccas
 from ccswitch.testbed.iperf import start_flow, start_server
-from ccswitch.testbed.netns import entered, popen_in, run_in
+from ccswitch.testbed.netns import entered, popen_in
 
 pytestmark = pytest.mark.kernel
 RATE_MBIT = 50.0
@@ -127,8 +127,8 @@ def test_prague_iperf3_fills_bottleneck_with_ect0_and_dscp(bottleneck, iperf3) -
     """
     bn, port = bottleneck, 5411
     with entered(bn.sender), DataPlane(pcc=False, prague=True):
-        for ns in (bn.sender, bn.receiver):  # now that prague exists
-            run_in(ns, ["sysctl", "-qw", "net.ipv4.tcp_congestion_control=prague"])
+        for ns in (bn.sender, bn.receiver):  # iperf3 -C acts after connect(): too late for ECN
+            make_default(ns)
         cap = popen_in(bn.receiver, ["tshark", "-i", bn.receiver_dev, "-c", "300", "-T", "fields",
                                      "-e", "ip.src", "-e", "tcp.flags.syn", "-e", "tcp.flags.ae",
                                      "-e", "ip.dsfield.dscp", "-e", "ip.dsfield.ecn", "-e", "tcp.len",
@@ -237,3 +237,50 @@ def test_shared_registration_is_not_closed_by_a_second_user() -> None:
         assert "prague" in available_ccas()
     finally:
         first.close()
+
+
+def test_prague_through_dualpi2_is_l4s_and_marked(require, iperf3) -> None:
+    """Prague through linkemu's DualPI2 (classifier = DSCP 40, Linux defaults otherwise),
+    20 Mbit/s, 5 ms base RTT, one iperf3 flow for 6 s.
+
+    Its packets must all use the L queue (none in C), be CE-marked by the L
+    queue's 1 ms step, the monitor must see that feedback (ce_segs > 0, mean
+    ce_fraction > 0.5% over the last 4 s; with a step AQM a DCTCP flow sees a
+    few marks per RTT) and AccECN, and the L queue's mean sojourn must stay
+    below 5 ms (step at 1 ms; up to ~1-2 ms of emulator timing error on a
+    loaded 2-core VM, as in tests/test_l4s.py) while the flow gets >= 70% of
+    the link (1 mark per few RTTs costs little; 70% leaves room for the start).
+    """
+    from ccswitch.testbed.emulator import Emulator, binary_path, dualpi2, emulator_config, link
+    from ccswitch.testbed.topology import Topology
+
+    require(binary_path().is_file(), f"linkemu is not built ({binary_path()}); run scripts/setup.sh")
+    rate, port = 20.0, 5451
+    with Topology(1) as topo, entered(topo.clients[0]), DataPlane(pcc=False, prague=True) as dp:
+        for ns in (topo.clients[0], topo.server):
+            make_default(ns)
+        cfg = emulator_config(topo.client_ifs, topo.server_if,
+                              uplink=link(rate, 2.5, qdisc=dualpi2(classifier="dscp", l_dscp=[PRAGUE_DSCP])),
+                              downlink=link(rate, 2.5, limit_pkts=1000), interval_ms=1000)
+        with Emulator(topo.router, cfg) as emu, start_server(topo.server, port, bind=topo.server_addr):
+            flow = start_flow(topo.clients[0], topo.server_addr, port, cca=None, seconds=6)
+            dp.sample()
+            rows: list[dict] = []
+            while flow.returncode is None:
+                time.sleep(1.0)
+                rows += [r for r in dp.sample().to_pylist() if r["dport"] == port and r["cca"] == "prague"]
+            res = flow.wait(timeout=30)
+    assert emu.summary is not None
+    classes = emu.summary["uplink"]["classes"]
+    lq, cq = classes["l4s"], classes["classic"]
+    assert lq["packets_out"] > 1000 and lq["ecn_marks"] > 0, classes
+    assert cq["packets_out"] <= 10, cq  # at most the handshake (SYN carries DSCP 0)
+    data = [r for r in rows if r["delivered_segs"] > 100][-4:]
+    print(f"L pkts {lq['packets_out']} marks {lq['ecn_marks']} sojourn mean {lq['sojourn_us']['mean']:.0f} us; "
+          f"C pkts {cq['packets_out']}; ce_fraction {[round(r['ce_fraction'], 3) for r in data]}; "
+          f"cwnd {[r['cwnd_segs'] for r in data]}; {res.receiver_mbps:.1f} Mbit/s")
+    assert data and {r["ecn_mode"] for r in data} == {ECN_ACCECN}, rows
+    assert sum(r["ce_segs"] for r in data) > 0
+    assert statistics.mean(r["ce_fraction"] for r in data) > 0.005, [r["ce_fraction"] for r in data]
+    assert lq["sojourn_us"]["mean"] < 5000, lq["sojourn_us"]
+    assert res.receiver_mbps >= 0.7 * rate * 1448 / 1500, res.receiver_mbps
