@@ -101,6 +101,8 @@ struct prague {
 	__u32 rounds;		/* rounds measured */
 	__u32 ce_rounds;	/* rounds that saw at least one CE mark */
 };
+_Static_assert(sizeof(struct prague) <= sizeof(((struct inet_connection_sock *)0)->icsk_ca_priv),
+	       "struct prague must fit in icsk_ca_priv");
 
 static __always_inline struct tcp_sock *tcp_sk(const struct sock *sk)
 {

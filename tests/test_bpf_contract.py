@@ -52,3 +52,21 @@ def test_switch_request_mirror_matches_btf() -> None:
     size, members = btf_struct("switcher.bpf.o", "switch_request")
     assert [n for n, _ in members] == ["cca", "inherit", "_pad"]
     assert REQUEST.size == size
+
+
+def test_cemark_mirrors_match_btf() -> None:
+    from ccswitch.bpf.cemark import STATS
+
+    size, members = btf_struct("cemark.bpf.o", "cemark_stats")
+    assert [n for n, _ in members] == ["segs", "marked_segs"] and STATS.size == size
+    size, members = btf_struct("cemark.bpf.o", "cemark_cfg")
+    assert [n for n, _ in members] == ["prob_u32", "_pad"] and size == 8  # cemark.py packs "<II"
+
+
+def test_prague_constants_match_header() -> None:
+    """prague.py's copies of prague.h's name and DSCP (the DualPI2 DSCP classifier relies on it)."""
+    from ccswitch.bpf import prague
+
+    header = (BPF_DIR / "prague.h").read_text()
+    assert re.search(rf"#define PRAGUE_DSCP {prague.PRAGUE_DSCP}\b", header)
+    assert re.search(rf'#define PRAGUE_NAME "{prague.NAME}"', header)
