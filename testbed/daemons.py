@@ -44,6 +44,11 @@ __all__ = ["DaemonError", "DaemonProcess", "daemon_config", "toml_text"]
 
 START_TIMEOUT_S = 30.0
 """How long ccswitchd may take to load the policy, attach the monitor and open its socket."""
+START_ATTEMPTS = 2
+TRANSIENT_START_ERROR = "File exists"
+"""A start failure worth one retry: PCC's struct_ops link refused because another
+instance's PCC of the same name was still being unregistered (observed under load)."""
+RETRY_DELAY_S = 2.0
 STOP_TIMEOUT_S = 10.0
 """How long ccswitchd may take to stop on SIGTERM (detach, flush the record) before SIGKILL."""
 KILL_TIMEOUT_S = 5.0
@@ -158,19 +163,33 @@ class DaemonProcess:
         if self.ns is not None:
             argv = nsenter_argv(self.ns, argv)
         self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-                                     start_new_session=True)
         deadline = time.monotonic() + timeout_s
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+                                         start_new_session=True)
+            if self._await_ready(deadline, last=attempt == START_ATTEMPTS):
+                return
+            # a transient start failure (e.g. PCC's struct_ops registration racing another
+            # instance's un-registration): once more, with a fresh record file
+            if self.record_path.is_file() and self.record_path.stat().st_size == 0:
+                self.record_path.unlink()
+            time.sleep(RETRY_DELAY_S)
+
+    def _await_ready(self, deadline: float, *, last: bool) -> bool:
+        """True when the daemon answers; False when it exited and may be retried; else DaemonError."""
+        assert self.proc is not None
         while True:
             if self.proc.poll() is not None:
                 self.returncode = self.proc.returncode
+                if not last and TRANSIENT_START_ERROR in self.log_tail():
+                    return False
                 raise DaemonError(f"ccswitchd of {self.label} exited with {self.returncode} at start: "
                                   f"{self.log_tail()}")
             if self._connectable():
-                return
+                return True
             if time.monotonic() > deadline:
-                raise DaemonError(f"ccswitchd of {self.label} did not open its socket within {timeout_s:g} s: "
-                                  f"{self.log_tail()}")
+                raise DaemonError(f"ccswitchd of {self.label} did not open its socket within {START_TIMEOUT_S:g} "
+                                  f"s: {self.log_tail()}")
             time.sleep(0.05)
 
     def _connectable(self) -> bool:
