@@ -27,9 +27,11 @@
  * Feedback.  F must count marked segments, not "ACKs with ECE": with classic
  * RFC 3168 feedback the receiver repeats ECE until the sender's CWR, so one
  * mark looks like a whole window of marks.  Prague therefore asks for
- * Accurate ECN (RFC 9768; TCP_CONG_NEEDS_ACCECN: negotiated whatever the
- * sender's net.ipv4.tcp_ecn; the receiver must accept it, tcp_ecn = 3..5):
- * the ACE field counts CE-marked packets, and the stack folds it into
+ * Accurate ECN (RFC 9768) with TCP_CONG_NEEDS_ACCECN: requested whatever
+ * net.ipv4.tcp_ecn says (which stops at 2 on this kernel, so the flag is
+ * the only way); the peer accepts it only if its listener also runs an
+ * algorithm with that flag (e.g. prague as that namespace's default).  The
+ * ACE field counts CE-marked packets, and the stack folds it into
  * tp->delivered_ce.  If the peer only speaks RFC 3168 ECN, alpha is not
  * meaningful and every ECN reduction is a classic halving (like Reno with
  * ECN).  F is the fraction of segments (tp->delivered_ce / tp->delivered,
@@ -60,6 +62,11 @@
  * the virtual-RTT floor.  Pacing is the kernel's own (SK_PACING_NEEDED:
  * 2x cwnd/srtt in slow start, 1.2x after), which keeps bursts off the
  * 1 ms L4S step.
+ *
+ * Flags: TCP_CONG_NEEDS_ECN | TCP_CONG_NEEDS_ACCECN, plus
+ * TCP_CONG_NON_RESTRICTED so that prague may be a network namespace's
+ * default congestion control (the kernel refuses restricted BPF algorithms
+ * there), which is how tools that set -C after connect() get ECN.
  *
  * State lives in icsk_ca_priv (zeroed by the kernel on every init).
  */
