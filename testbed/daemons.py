@@ -154,6 +154,8 @@ class DaemonProcess:
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        for old in (self.record_path, self.decisions_path):  # a run folder written again: fresh files
+            old.unlink(missing_ok=True)
         cfg = daemon_config(self.settings, self.flows)
         self.config_path.write_text(toml_text(cfg, f"ccswitchd config of {self.label}, written by the testbed runner"))
         self._sock_dir = tempfile.mkdtemp(prefix="ccsd-")

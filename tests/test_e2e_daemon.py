@@ -146,8 +146,9 @@ def test_daemon_on_both_clients(tmp_path: Path, iperf3: str) -> None:
 
 @pytest.mark.kernel
 def test_daemon_start_failure_is_one_clear_error(tmp_path: Path) -> None:
-    """ccswitchd refusing to start (here: its --record file exists) is a DaemonError naming the
-    client and carrying the daemon's own message; no process and no socket directory remain."""
+    """ccswitchd refusing to start (here: a config value the scenario validation would have caught,
+    passed directly) is a DaemonError naming the client and carrying the daemon's own message; no
+    process and no socket directory remain."""
     import glob
     import secrets
 
@@ -159,16 +160,16 @@ def test_daemon_start_failure_is_one_clear_error(tmp_path: Path) -> None:
                         ccas=["bbr", "cubic", "pcc"])
     out = tmp_path / "C1"
     out.mkdir()
-    (out / "record.parquet").write_bytes(b"not empty")
     ns = f"{tbnetns.PREFIX}{secrets.token_hex(3)}-dt"
     tbnetns.create_netns(ns)
     socks_before = set(glob.glob("/tmp/ccsd-*"))
     try:
-        with pytest.raises(DaemonError) as ei, daemon_running("C1", ns, DaemonSettings(), sc.flows, out):
+        bad = DaemonSettings(guard=(("min_dwell_s", -1.0),))
+        with pytest.raises(DaemonError) as ei, daemon_running("C1", ns, bad, sc.flows, out):
             pass
         msg = str(ei.value)
         assert "\n" not in msg and msg.startswith("ccswitchd of C1 exited with 1 at start:"), msg
-        assert "record" in msg and "exists" in msg, msg
+        assert "guard.min_dwell_s: must be >= 0" in msg, msg
         assert _procs_mentioning(str(tmp_path)) == []
         assert set(glob.glob("/tmp/ccsd-*")) <= socks_before
     finally:
