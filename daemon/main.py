@@ -28,6 +28,9 @@ import os
 # spinning on a busy 2-core host made it 100x slower.  Must be set before numpy loads.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+# Arrow buffers from the system allocator from the start: pyarrow's default (mimalloc) reserves
+# its arenas at the first allocation, 4 MB resident even after set_memory_pool() switches away.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 import argparse  # noqa: E402
 import logging  # noqa: E402
