@@ -1,10 +1,12 @@
-"""Training time on the shipped sample corpus with the default hyperparameters (paper 002: 1000 episodes).
+"""Training time on the shipped sample corpus with the shipped policy's hyperparameters.
 
-Prints the wall time of ``ccswitch train`` (TensorFlow import, corpus load,
-training, export) side by side with the budget of 10 minutes on 2 cores
-(issue 4).  Run it niced on a shared machine:
+Retrains the shipped policy's configuration (models/policy.json
+training.hyperparameters, 1000 episodes; ``--defaults`` for paper 002's
+defaults) and prints the wall time of each phase (TensorFlow import, corpus
+load, training, export) side by side with the budget of 10 minutes on 2 cores
+(issue 4), and the machine's load.  Run it niced on a shared machine:
 
-    nice -n 19 .venv/bin/python bench/training_time.py [--episodes 1000] [--data datasets/sample]
+    nice -n 10 .venv/bin/python bench/training_time.py [--episodes N] [--data datasets/sample] [--defaults]
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ BUDGET_S = 600.0
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--episodes", type=int, default=1000)
+    ap.add_argument("--episodes", type=int, default=None, help="default: the shipped policy's (1000)")
+    ap.add_argument("--defaults", action="store_true", help="paper 002's defaults, not the shipped policy's")
     ap.add_argument("--data", type=Path, default=None, help="corpus (default: datasets/sample)")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=None)
     args = ap.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     t0 = time.monotonic()
@@ -35,7 +38,14 @@ def main() -> None:
     t1 = time.monotonic()
     replay = ReplayCorpus.load(args.data, log=lambda m: None)
     t_load = time.monotonic() - t1
-    hp = apply_overrides(Hyperparameters(), [f"episodes={args.episodes}", f"seed={args.seed}"])
+    hp = Hyperparameters()
+    if not args.defaults:
+        from ccswitch.models.policy import load_policy
+
+        hp = Hyperparameters.from_dict(load_policy().training["hyperparameters"])
+    hp = apply_overrides(hp, [*([f"episodes={args.episodes}"] if args.episodes else []),
+                              *([f"seed={args.seed}"] if args.seed is not None else [])])
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         t2 = time.monotonic()
         res = train(hp, replay, Path(tmp), progress=False, plots=True, tensorboard=True, log=lambda m: None)
@@ -43,12 +53,14 @@ def main() -> None:
     total = time.monotonic() - t0
     steps = sum(res.history["steps"])
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"corpus {replay.source}: {len(replay.conditions)} conditions; {cpus} CPUs; load avg "
-          f"{os.getloadavg()[0]:.1f}")
+    print(f"corpus {replay.source}: {len(replay.conditions)} conditions; {cpus} CPUs; load average "
+          f"{load0:.1f} before training, {os.getloadavg()[0]:.1f} after; niceness {os.nice(0)}")
+    changed = {k: v for k, v in hp.as_dict().items() if v != Hyperparameters().as_dict()[k]}
+    print(f"hyperparameters: paper 002 defaults{' + ' + str(changed) if changed else ''}")
     print(f"{'phase':<28} {'seconds':>9}")
     print(f"{'import tensorflow':<28} {t_import:>9.1f}")
     print(f"{'load corpus':<28} {t_load:>9.1f}")
-    print(f"{f'train {args.episodes} episodes':<28} {t_train:>9.1f}   ({steps} env steps, "
+    print(f"{f'train {hp.episodes} episodes':<28} {t_train:>9.1f}   ({steps} env steps, "
           f"{steps / t_train:.0f} steps/s incl. one gradient step each)")
     print(f"{'total':<28} {total:>9.1f}   budget {BUDGET_S:.0f} s: {total / BUDGET_S:.2f}x of the budget")
     print(f"held-out reward {res.final.get('reward', float('nan')):.2f}/episode, accuracy "

@@ -95,6 +95,22 @@ class Hyperparameters:
         d["hidden_units"] = list(self.hidden_units)
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Hyperparameters:
+        """Inverse of as_dict (e.g. a policy file's training.hyperparameters); unknown keys are errors."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        bad = sorted(set(d) - known)
+        if bad:
+            raise ValueError(f"unknown hyperparameter {bad[0]!r}")
+        kw = dict(d)
+        if "hidden_units" in kw:
+            kw["hidden_units"] = tuple(int(u) for u in kw["hidden_units"])
+        if "reward" in kw:
+            kw["reward"] = RewardConfig.from_dict(kw["reward"])
+        hp = cls(**kw)
+        _check(hp)
+        return hp
+
 
 def _convert(value: str, like: Any, key: str) -> Any:
     try:
