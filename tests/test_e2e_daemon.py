@@ -174,3 +174,36 @@ def test_daemon_start_failure_is_one_clear_error(tmp_path: Path) -> None:
         assert set(glob.glob("/tmp/ccsd-*")) <= socks_before
     finally:
         tbnetns.delete_netns(ns)
+
+
+@pytest.mark.kernel
+def test_ctrl_c_stops_the_daemons(tmp_path: Path, iperf3: str) -> None:
+    """Ctrl-C in the middle of a daemon run: the runner exits non-zero and no daemon, iperf3,
+    emulator or namespace of the run is left (the daemons got SIGTERM from their clients'
+    threads, or the namespace teardown killed them).  Waits up to 60 s for the daemons to come
+    up (Python start-up and the policy on a loaded machine) and 60 s for the teardown."""
+    import signal
+    import time
+
+    sc = tmp_path / "e2e-daemon.toml"
+    sc.write_text(scenario_text())
+    proc = subprocess.Popen([*CLI, "testbed", "run", str(sc), "--out", str(tmp_path / "out"), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "out").glob("run-01-seed-1/iperf/*")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        while len(_procs_mentioning("ccswitchd.toml")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len([p for p in _procs_mentioning(str(tmp_path)) if "ccswitchd" in p]) == 2
+        time.sleep(3.0)  # flows running
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    assert _owned_by(proc.pid) == []
+    assert _procs_mentioning(str(tmp_path)) == []
