@@ -180,7 +180,7 @@ def switch(ctx: click.Context, flow: int, cca: str, inherit: str, as_json: bool)
         raise SwitchError("'auto' releases a pin of the running daemon, and no ccswitchd answers here")
 
     install_signal_handlers()
-    with _in_netns(ctx.obj["netns"]), DataPlane(monitor=False, pcc=cca == "pcc") as dp:
+    with _in_netns(ctx.obj["netns"]), DataPlane(monitor=False, pcc=cca == "pcc", prague=cca == "prague") as dp:
         res = dp.switch(flow, cca, inherit)
     if as_json:
         click.echo(json.dumps(res.as_dict()))

@@ -631,6 +631,7 @@ def _netns_side(sc: Scenario, flows: Sequence[Flow], run_dir: Path, seed: int, m
     emu: dict[str, Any] = {}  # read by the callback after the emulator has stopped (LIFO order)
     stack.callback(lambda: meta.__setitem__("emulator_summary", _emulator_summary(run_dir, emu.get("e"))))
     emu["e"] = stack.enter_context(_emulator(sc, topo, run_dir, seed))
+    _prague_defaults(flows, topo, stack)
     servers = {f.name: stack.enter_context(start_server(topo.server, f.port, bind=topo.server_addr,
                                                         extra_args=["-J"])) for f in flows}
     if sc.capture.tshark:
@@ -638,6 +639,34 @@ def _netns_side(sc: Scenario, flows: Sequence[Flow], run_dir: Path, seed: int, m
                                     run_dir / "capture.pcapng", sc.capture.snaplen))
     client_ns: dict[int, str | None] = {f.client: topo.clients[f.client - 1] for f in flows}
     return topo.server_addr, client_ns, servers
+
+
+def _prague_defaults(flows: Sequence[Flow], topo: Topology, stack: contextlib.ExitStack) -> None:
+    """Register Prague and make it the default where its flows connect and are accepted.
+
+    ECN (and AccECN) is negotiated in the handshake, but iperf3 sets -C only
+    after connect(): a prague flow started that way negotiates no ECN and
+    Prague falls back to Reno (docs/l4s-kernel.md).  So prague becomes the
+    namespace default of the server (listeners must run it to accept AccECN;
+    done before the iperf3 servers start) and of every client whose flows are
+    all prague.  A client mixing prague with other CCAs is refused: its other
+    sockets would start on prague and keep Prague's DSCP after iperf3 switches them.
+    """
+    prague = [f for f in flows if f.cca == "prague"]
+    if not prague:
+        return
+    from ccswitch.bpf.prague import ensure_prague, make_default
+
+    for client in sorted({f.client for f in prague}):
+        others = sorted({f.cca for f in flows if f.client == client and f.cca != "prague"})
+        if others:
+            raise RunError(f"client {client} runs prague and {', '.join(others)}: prague flows need a client "
+                           f"of their own (prague is made the client's default CCA so that ECN is negotiated)")
+    handle = ensure_prague()
+    stack.callback(handle.close)
+    make_default(topo.server)
+    for client in sorted({f.client for f in prague}):
+        make_default(topo.clients[client - 1])
 
 
 def _start_monitors(sc: Scenario, flows: Sequence[Flow], client_ns: dict[int, str | None], clock: Clock,
