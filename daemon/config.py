@@ -127,6 +127,15 @@ KEYS: tuple[Key, ...] = (
         "of that length), 1 s for the heuristic, every tick for static.", _ge(0.0)),
     Key("policy", "heuristic_memory_s", 30.0,
         "Heuristic: how long a flow's measurement under a CCA stays a candidate's score, s.", _gt(0.0)),
+    Key("policy", "explore", True,
+        "Heuristic: try each allowed CCA that has no score (no measurement within heuristic_memory_s) for an "
+        "evaluation window, then keep the best-scoring one (daemon/explore.py); false = only ever compare CCAs "
+        "already measured, so a lone flow keeps its first CCA.  Dwell, cap, hold-offs and pins still apply."),
+    Key("policy", "explore_every_s", 60.0,
+        "Heuristic: a flow starts an exploration round at most this often (its first one when it becomes "
+        "managed), s.", _gt(0.0)),
+    Key("policy", "explore_thratio", 0.5,
+        "Heuristic: start a round early when the flow's Thratio on its path is below this (0 = never).", _ge(0.0)),
     # -- guard
     Key("guard", "min_dwell_s", 5.0, "No switch of a socket within this time after its last switch, s.", _ge(0.0)),
     Key("guard", "margin", 0.05,

@@ -45,6 +45,7 @@ import pyarrow as pa
 from ccswitch.bpf.switcher import SwitchResult
 from ccswitch.daemon.aggregate import Aggregator
 from ccswitch.daemon.config import Config
+from ccswitch.daemon.explore import ExploreConfig, Explorer, Proposal
 from ccswitch.daemon.guard import Guard, GuardConfig, Verdict
 from ccswitch.daemon.policies import Decider, HeuristicDecider, ObserveDecider
 from ccswitch.daemon.recorder import Recorder
@@ -76,6 +77,7 @@ class TickStats:
     reverts: int = 0
     manual: int = 0
     failed: int = 0
+    explores: int = 0
     recent_ms: deque[float] = field(default_factory=lambda: deque(maxlen=300))
     recent_sample_ms: deque[float] = field(default_factory=lambda: deque(maxlen=300))
 
@@ -99,7 +101,8 @@ class TickStats:
                 "sample_ms_p99": pct(self.recent_sample_ms, 0.99), "own_ms_p50": pct(own, 0.5),
                 "own_ms_p99": pct(own, 0.99), "flows": self.flows,
                 "managed": self.managed, "decisions": self.decisions, "switches": self.switches,
-                "reverts": self.reverts, "manual": self.manual, "failed": self.failed}
+                "reverts": self.reverts, "manual": self.manual, "failed": self.failed,
+                "explores": self.explores}
 
 
 class Controller:
@@ -144,6 +147,10 @@ class Controller:
         self.decision_interval_s = self.decide_every * self.tick_s
         self.inherit = cfg.daemon["inherit"]
         self.reward_cfg = RewardConfig()
+        ecfg = ExploreConfig.from_config(cfg.policy, cfg.guard)
+        self.explorer = (Explorer(ecfg, clock=self.clock) if ecfg.enabled and decider.explores
+                         and not self.observe_only else None)
+        self._props: dict[int, Proposal] = {}
         self._ticks_since_decision = 0
         self._aggregator = Aggregator()
         decider.reset()
@@ -191,6 +198,10 @@ class Controller:
         self.selector.forget(alive)
         if isinstance(self.decider, HeuristicDecider):
             self.decider.forget(alive)
+        if self.explorer is not None:
+            self.explorer.forget(alive)
+            self.explorer.pending.clear()
+        self._props = {}
         self.stats.flows = n
         if n == 0:
             self.stats.managed = 0
@@ -247,15 +258,20 @@ class Controller:
             fast = np.zeros(len(managed_rows), dtype=bool)
         self.stats.decisions += len(managed_rows)
         self._last_fast = {ids_l[i] for i in managed_rows[fast].tolist()}
-        for i in (managed_rows if log_all else managed_rows[~fast]).tolist() + [
-                self._last_index[f] for f in special if f in self._last_fast and not log_all]:
+        props = self._props = self._explore(managed_rows, ids, ids_l, ccas, scores.values, keep_cols, fair,
+                                            reverting, now)
+        todo = (managed_rows if log_all else managed_rows[~fast]).tolist() + [
+            self._last_index[f] for f in special if f in self._last_fast and not log_all]
+        todo += [self._last_index[f] for f in props if f in self._last_fast and f not in special]
+        for i in todo:
             fid = ids_l[i]
             if fid in reverting:
                 continue
             self._last_fast.discard(fid)
             q = scores.values[i]
             sc = {acts[j]: float(q[j]) for j in keep_cols}
-            v = g.decide(fid, ccas[i], sc)
+            p = props.get(fid)
+            v = g.explore(fid, ccas[i], p.to, p.reason) if p is not None else g.decide(fid, ccas[i], sc)
             qd = {a_: float(q[j]) for j, a_ in enumerate(acts)}
             rec = {"ts": now, "flow": fid, "from": ccas[i], "to": v.to, "action": v.action, "reason": v.reason,
                    "q": qd, "thratio": float(fair.thratio[i]), "jain": float(fair.jain[i]),
@@ -269,10 +285,35 @@ class Controller:
                     out.append((fid, v.to, ccas[i], v, rec))
             elif v.best and v.best != ccas[i] and not v.reason.startswith("pinned"):
                 rec["verdict"] = "blocked"
-                self._log_decision(rec, logging.INFO if "margin" not in v.reason else logging.DEBUG)
+                quiet = "margin" in v.reason or p is not None  # repeated on every decision until it goes
+                self._log_decision(rec, logging.DEBUG if quiet else logging.INFO)
             elif log_all:
                 rec["verdict"] = "kept"
                 self._log_decision(rec, logging.DEBUG, force=self.cfg.log["all_decisions"])
+        return out
+
+    def _explore(self, managed_rows: np.ndarray, ids: np.ndarray, ids_l: list[int], ccas: list[str],
+                 values: np.ndarray, keep_cols: list[int], fair: Fairness, reverting: set[int], now: float
+                 ) -> dict[int, Proposal]:
+        """Exploration proposals (explore.py) for managed flows with an unscored allowed CCA or a round on."""
+        ex = self.explorer
+        if ex is None or not keep_cols or not len(managed_rows):
+            return {}
+        act = ex.active
+        look = np.isnan(values[np.ix_(managed_rows, keep_cols)]).any(axis=1)
+        if act:
+            look |= np.isin(ids[managed_rows], np.fromiter(act, np.uint64, len(act)))
+        acts = self.decider.actions
+        out: dict[int, Proposal] = {}
+        for i in managed_rows[look].tolist():
+            fid = ids_l[i]
+            if fid in reverting:
+                continue
+            fg = self.guard.flows[fid]
+            sc = {acts[j]: float(values[i, j]) for j in keep_cols}
+            p = ex.propose(fid, ccas[i], sc, float(fair.thratio[i]), [a for a, t in fg.holdoff.items() if t > now])
+            if p is not None:
+                out[fid] = p
         return out
 
     def _evaluated(self, fid: int, cca: str, v: Verdict, out: list[tuple[int, str, str, Verdict, dict[str, Any]]]
@@ -302,6 +343,9 @@ class Controller:
             results = [SwitchResult(fid, to, self.inherit, ok=False, error=str(e)) for fid, to, _, _, _ in requests]
         for (fid, to, prev, v, rec), res in zip(requests, results, strict=True):
             kind = "revert" if v.action == "revert" else "policy"
+            explored = kind == "policy" and fid in self._props
+            if explored and self.explorer is not None:
+                self.explorer.applied(fid, to, res.ok)
             if res.ok:
                 self.guard.applied(fid, prev, to, kind, before=self._reward_avg.get(fid))
                 rec["verdict"] = "applied"
@@ -309,7 +353,9 @@ class Controller:
                     self.stats.reverts += 1
                 else:
                     self.stats.switches += 1
-                hist = {"ts": rec["ts"], "flow": fid, "from": prev, "to": to, "kind": kind, "reason": v.reason,
+                    self.stats.explores += explored
+                hist = {"ts": rec["ts"], "flow": fid, "from": prev, "to": to,
+                        "kind": "explore" if explored else kind, "reason": v.reason,
                         "verdict": "evaluating" if kind == "policy" and self.guard.cfg.eval_window_s > 0
                         else ("reverted" if kind == "revert" else "-")}
                 self.history.append(hist)

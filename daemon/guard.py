@@ -28,6 +28,11 @@ the previous CCA and hold the tried one off for holdoff_s; otherwise confirm.
 Reverts and manual switches are not evaluated themselves (no ping-pong), and
 a revert is never blocked by dwell, hysteresis or the cap (it undoes harm).
 
+Exploration switches (explore.py: trying a CCA the policy cannot score yet)
+go through :meth:`Guard.explore`: steps 1, 2 and 6-8 apply, 3-5 do not (an
+unscored choice cannot win by a margin); they are evaluated like policy
+switches.
+
 Times are wall-clock seconds from an injectable clock, so the state survives
 a restart of the daemon (:meth:`to_state`, :meth:`from_state`) and the unit
 tests run on a fake clock.
@@ -202,18 +207,43 @@ class Guard:
         if fg.streak < c.consecutive:
             return Verdict("keep", current, f"hysteresis: {best} wins by {gain_s} ({fg.streak}/{c.consecutive})",
                            best)
+        blocked = self._blocked(fg, current, best, f"{best} preferred", now)
+        if blocked is not None:
+            return blocked
+        return Verdict("switch", best, f"{best} wins by {gain_s} over {current} on {fg.streak} decisions", best)
+
+    def _blocked(self, fg: FlowGuard, current: str, best: str, what: str, now: float) -> Verdict | None:
+        """Steps 6-8 (evaluation in progress, dwell, cap): a keep verdict, or None when a switch may go."""
+        c = self.cfg
         if fg.evaluation is not None:
-            return Verdict("keep", current, f"{best} preferred; post-switch evaluation of {fg.evaluation.to} "
-                                            "in progress", best)
+            return Verdict("keep", current, f"{what}; post-switch evaluation of {fg.evaluation.to} in progress",
+                           best)
         since = now - fg.last_switch
         if since < c.min_dwell_s:
-            return Verdict("keep", current, f"{best} preferred; dwell: {c.min_dwell_s - since:.1f} s left", best)
+            return Verdict("keep", current, f"{what}; dwell: {c.min_dwell_s - since:.1f} s left", best)
         while fg.switches and fg.switches[0] <= now - CAP_WINDOW_S:
             fg.switches.popleft()
         if len(fg.switches) >= c.max_switches_per_min:
-            return Verdict("keep", current, f"{best} preferred; cap: {len(fg.switches)} switches in the last "
+            return Verdict("keep", current, f"{what}; cap: {len(fg.switches)} switches in the last "
                                             f"{CAP_WINDOW_S:g} s", best)
-        return Verdict("switch", best, f"{best} wins by {gain_s} over {current} on {fg.streak} decisions", best)
+        return None
+
+    def explore(self, flow: int, current: str, to: str, reason: str) -> Verdict:
+        """An exploration switch (explore.py): like :meth:`decide` without margin and hysteresis.
+
+        Pins, hold-offs, an evaluation in progress, dwell and the cap still block it.
+        """
+        now = self.clock()
+        fg = self.track(flow, current)
+        if fg.pin is not None:
+            return Verdict("keep", current, f"pinned to {fg.pin} (manual override)", fg.pin)
+        if fg.holdoff.get(to, -math.inf) > now:
+            return Verdict("keep", current, f"{reason}; {to} held off", to)
+        blocked = self._blocked(fg, current, to, reason, now)
+        if blocked is not None:
+            return blocked
+        fg.streak, fg.streak_to = 0, ""
+        return Verdict("switch", to, reason, to)
 
     def would(self, flow: int | None, current: str, scores: Mapping[str, float]) -> Verdict:
         """What :meth:`decide` would answer now if the scores held, without changing any state."""

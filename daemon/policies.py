@@ -11,8 +11,9 @@
                 scored on the flow's own most recent interval under that CCA
                 (within policy.heuristic_memory_s), else on the mean of the
                 flows of the same path running it now, else it is unscored
-                (NaN: the guard does not consider it).  With no information
-                about the alternatives the heuristic keeps the current CCA.
+                (NaN: the guard does not consider it).  Exploration
+                (explore.py, policy.explore) measures the unscored ones: it
+                tries each for an evaluation window, then picks by score.
 * ``static``    Score 1 for policy.static_cca, 0 for the others.
 * ``observe``   Decides with policy.observe_with; the controller never switches.
 
@@ -50,6 +51,7 @@ class Decider:
     kind = ""
     actions: tuple[str, ...] = ACTIONS
     interval_s = 1.0  # default decision interval
+    explores = False  # unscored CCAs (NaN) are measured by trying them (explore.py)
 
     def scores(self, table: pa.Table, group: np.ndarray, now: float) -> Scores:
         raise NotImplementedError
@@ -95,6 +97,7 @@ class DqnDecider(Decider):
 
 class HeuristicDecider(Decider):
     kind = "heuristic"
+    explores = True
 
     def __init__(self, actions: Sequence[str] = ACTIONS, memory_s: float = 30.0):
         self.actions = tuple(actions)

@@ -273,3 +273,43 @@ def test_socket_churn_leaks_nothing() -> None:
     res = mod.run(rate=1000, seconds=10, quiet=True)
     assert res["connections"] >= 5000, res  # the generator got close to its rate
     assert not mod.check(res), res
+
+
+HEURISTIC = """
+[daemon]
+tick_s = 0.2
+[policy]
+kind = "heuristic"
+explore_every_s = 600.0
+[guard]
+min_dwell_s = 1.0
+eval_window_s = 1.0
+revert_threshold = 1000.0
+max_switches_per_min = 10
+[flows]
+min_age_s = 0.5
+"""
+
+
+def test_heuristic_explores_a_lone_real_flow(bottleneck, server, tmp_path: Path) -> None:
+    """The heuristic on one real CUBIC flow (nothing else on its path to learn from) tries bbr and
+    pcc on the live socket ("explore: trying ..."), each for the dwell time, so the record shows the
+    flow under all three.  (Fake-clock counterpart: tests/test_daemon_unit.py.)  Timing: a round is
+    2 x max(dwell, evaluation) = 2 s of decisions; 20 s allows a loaded machine 10x slower ticks."""
+    d = Daemon(bottleneck.sender, tmp_path, HEURISTIC)
+    client = iperf(bottleneck, server, 9, "cubic")
+    try:
+        flow = wait_for(lambda: data_flows(d, server), 15, "the flow", d)[0]["flow_id"]
+
+        def tried() -> set[str]:
+            hist = d.ask("history", limit=0) or []
+            return {h["to"] for h in hist if h["flow"] == flow and h["kind"] == "explore"
+                    and h["reason"].startswith("explore: trying")}
+
+        wait_for(lambda: tried() >= {"bbr", "pcc"}, 20, "explore switches to bbr and pcc", d)
+    finally:
+        client.wait(30)
+    assert d.stop() == 0, d.log()
+    t = pq.read_table(d.record)
+    under = {r["cca"] for r in t.to_pylist() if r["flow_id"] == flow and r["throughput_bps"] > 1e5}
+    assert under >= {"cubic", "bbr", "pcc"}, under

@@ -287,3 +287,118 @@ def test_recorder_refuses_an_existing_record_and_writes_readable_files(tmp_path:
     assert json.loads((tmp_path / "d.jsonl").read_text()) == {"flow": 1, "q": {"cubic": None}}
     with pytest.raises(RecordError, match="exists"):
         Recorder(rec)
+
+
+# ------------------------------------------------ controller on a fake plane
+class FakePlane:
+    """Flows whose throughput depends on their CCA (the link as the heuristic would measure it).
+
+    A stand-in for DataPlane in the controller's unit tests; the real counterpart (the daemon
+    switching real flows) is tests/test_daemon.py and tests/test_e2e_daemon.py.
+    """
+
+    def __init__(self, ccas: dict[int, str], mbps: dict[str, float], dst: str = "10.0.0.2"):
+        self.cca = dict(ccas)
+        self.mbps = mbps
+        self.dst = dst
+        self.switches: list[tuple[int, str]] = []
+
+    def sample(self) -> pa.Table:
+        return _table([{"flow_id": f, "dst": self.dst, "cca": c, "state": 1, "interval_s": 1.0,
+                        "throughput_bps": self.mbps[c] * 1e6, "rtt_us": 20e3, "sndq_bytes": 1000,
+                        "sent_segs": 100, "rtt_ratio": 1.0} for f, c in self.cca.items()])
+
+    def switch_many(self, requests: list[tuple[int, str, str]]) -> list:
+        from ccswitch.bpf.switcher import SwitchResult
+
+        out = []
+        for f, c, inh in requests:
+            out.append(SwitchResult(f, c, inh, ok=True, cca_before=self.cca[f], cca_after=c))
+            self.switches.append((f, c))
+            self.cca[f] = c
+        return out
+
+
+def _controller(plane: FakePlane, policy: dict, guard_cfg: dict, tmp: Path | None = None):
+    from ccswitch.daemon.controller import Controller
+
+    cfg = parse_config({"daemon": {"tick_s": 1.0}, "policy": {"decision_interval_s": 1.0, **policy},
+                        "flows": {"min_age_s": 0.0}, "guard": guard_cfg})
+    dec, _ = build_decider(dict(cfg.policy))
+    clock = Clock()
+    rec = Recorder(decisions=tmp / "d.jsonl") if tmp else None
+    ctl = Controller(cfg, dec, plane, clock=clock, available=lambda: ["cubic", "bbr", "pcc", "reno"], recorder=rec)
+    return ctl, clock
+
+
+EXPLORE_GUARD = {"min_dwell_s": 5.0, "eval_window_s": 3.0, "consecutive": 3, "margin": 0.05,
+                 "max_switches_per_min": 4, "revert_threshold": 0.1, "holdoff_s": 30.0}
+
+
+def _run(ctl, clock: Clock, seconds: int) -> list[str]:
+    seen = []
+    for _ in range(seconds):
+        ctl.tick()
+        seen.append(ctl.dp.cca[1])
+        clock.t += 1.0
+    return seen
+
+
+def test_heuristic_explores_a_lone_flow_and_keeps_the_best(tmp_path: Path) -> None:
+    """A lone CUBIC flow (no other flow on its path to learn from): the heuristic tries bbr (better:
+    confirmed), then pcc (worse: reverted by the post-switch evaluation, held off), then stays on
+    bbr.  The tries respect the evaluation window and the dwell time (>= 5 s apart)."""
+    plane = FakePlane({1: "cubic"}, {"cubic": 12.0, "bbr": 46.0, "pcc": 30.0})
+    ctl, clock = _controller(plane, {"kind": "heuristic"}, EXPLORE_GUARD, tmp_path)
+    seen = _run(ctl, clock, 30)
+    assert seen[-1] == "bbr" and seen[0] == "bbr"  # first round starts as soon as the flow is managed
+    assert [c for _, c in plane.switches] == ["bbr", "pcc", "bbr"]
+    t_pcc = seen.index("pcc")
+    assert t_pcc >= 5  # dwell after the first switch
+    ctl.recorder.close()
+    dec = [json.loads(x) for x in (tmp_path / "d.jsonl").read_text().splitlines()]
+    applied = [d for d in dec if d["verdict"] == "applied"]
+    assert applied[0]["reason"].startswith("explore: trying bbr") and applied[1]["reason"].startswith(
+        "explore: trying pcc") and applied[2]["action"] == "revert"
+    assert [h["kind"] for h in ctl.history] == ["explore", "explore", "revert"]
+    assert ctl.stats.explores == 2 and ctl.stats.reverts == 1
+    assert not ctl.explorer.active  # the round is over: pcc held off, bbr already best
+
+
+def test_exploration_picks_the_best_after_trying_all() -> None:
+    """No revert (threshold out of reach): cubic -> bbr -> pcc, then the pick goes back to the
+    best-scoring bbr without waiting for the hysteresis; the next round only after explore_every_s."""
+    plane = FakePlane({1: "cubic"}, {"cubic": 12.0, "bbr": 46.0, "pcc": 30.0})
+    ctl, clock = _controller(plane, {"kind": "heuristic", "explore_every_s": 100.0},
+                             {**EXPLORE_GUARD, "revert_threshold": 100.0})
+    seen = _run(ctl, clock, 40)
+    assert [c for _, c in plane.switches] == ["bbr", "pcc", "bbr"]
+    assert seen[-1] == "bbr"
+    pick = [h for h in ctl.history if h["to"] == "bbr"][-1]
+    assert pick["reason"].startswith("explore: round done, bbr scored best") and pick["kind"] == "explore"
+
+
+def test_exploration_off_switch_and_cap() -> None:
+    """policy.explore = false: the heuristic never leaves the first CCA (the old behaviour).
+    With a cap of 1 switch per minute, one try per minute."""
+    plane = FakePlane({1: "cubic"}, {"cubic": 12.0, "bbr": 46.0, "pcc": 30.0})
+    ctl, clock = _controller(plane, {"kind": "heuristic", "explore": False}, EXPLORE_GUARD)
+    assert set(_run(ctl, clock, 20)) == {"cubic"} and not plane.switches
+    plane = FakePlane({1: "cubic"}, {"cubic": 12.0, "bbr": 46.0, "pcc": 30.0})
+    ctl, clock = _controller(plane, {"kind": "heuristic"}, {**EXPLORE_GUARD, "max_switches_per_min": 1,
+                                                            "revert_threshold": 100.0})
+    _run(ctl, clock, 59)
+    assert len(plane.switches) == 1
+    _run(ctl, clock, 2)
+    assert len(plane.switches) == 2
+
+
+def test_exploration_skips_pinned_and_static_never_explores() -> None:
+    plane = FakePlane({1: "cubic"}, {"cubic": 12.0, "bbr": 46.0, "pcc": 30.0})
+    ctl, clock = _controller(plane, {"kind": "heuristic"}, EXPLORE_GUARD)
+    ctl.guard.pin(1, "cubic", "cubic")
+    assert set(_run(ctl, clock, 10)) == {"cubic"}
+    assert ctl.last_decision[1]["reason"].startswith("pinned")
+    plane = FakePlane({1: "cubic"}, {"cubic": 12.0, "bbr": 46.0, "pcc": 30.0})
+    ctl, clock = _controller(plane, {"kind": "static", "static_cca": "cubic"}, EXPLORE_GUARD)
+    assert ctl.explorer is None and set(_run(ctl, clock, 10)) == {"cubic"}
