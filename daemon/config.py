@@ -100,8 +100,13 @@ def _listen(v: str) -> str | None:
 
 KEYS: tuple[Key, ...] = (
     # -- daemon
-    Key("daemon", "tick_s", 0.2, "Control loop period: the monitor is read and every managed flow checked, s (>= 0.1).",
-        _ge(0.1)),
+    Key("daemon", "tick_s", 0.2,
+        "Control loop period, s (>= 0.1): watchdog, and the monitor read when daemon.sample_every_tick or --record "
+        "asks for one per tick; the policy decides every policy.decision_interval_s.", _ge(0.1)),
+    Key("daemon", "sample_every_tick", False,
+        "Read the monitor on every tick.  false = once per decision interval, which gives the policy the same "
+        "interval (the kernel counters are differenced) at a fraction of the CPU: each read walks the kernel's TCP "
+        "hash table.  --record always reads every tick (its rows are tick samples)."),
     Key("daemon", "socket", "/run/ccswitch/ccswitchd.sock",
         "Control socket of the CLI (root only, mode 0600); `ccswitchd --socket` overrides it."),
     Key("daemon", "state_file", "",

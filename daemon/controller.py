@@ -78,6 +78,7 @@ class TickStats:
     manual: int = 0
     failed: int = 0
     explores: int = 0
+    idle: int = 0  # ticks without a monitor read (daemon.sample_every_tick = false, no --record)
     recent_ms: deque[float] = field(default_factory=lambda: deque(maxlen=300))
     recent_sample_ms: deque[float] = field(default_factory=lambda: deque(maxlen=300))
 
@@ -102,7 +103,7 @@ class TickStats:
                 "own_ms_p99": pct(own, 0.99), "flows": self.flows,
                 "managed": self.managed, "decisions": self.decisions, "switches": self.switches,
                 "reverts": self.reverts, "manual": self.manual, "failed": self.failed,
-                "explores": self.explores}
+                "explores": self.explores, "idle_ticks": self.idle}
 
 
 class Controller:
@@ -146,6 +147,9 @@ class Controller:
         self.decide_every = max(1, round(di / self.tick_s)) if di else 1
         self.decision_interval_s = self.decide_every * self.tick_s
         self.inherit = cfg.daemon["inherit"]
+        # one monitor read per decision interval gives the policy the same interval aggregate
+        # (the sampler differences cumulative kernel counters); --record wants every tick
+        self.read_every_tick = bool(cfg.daemon["sample_every_tick"]) or self.recorder.recording
         self.reward_cfg = RewardConfig()
         ecfg = ExploreConfig.from_config(cfg.policy, cfg.guard)
         self.explorer = (Explorer(ecfg, clock=self.clock) if ecfg.enabled and decider.explores
@@ -162,15 +166,19 @@ class Controller:
 
     # ---------------------------------------------------------------- tick
     def tick(self) -> None:
+        self._ticks_since_decision += 1
+        due = self._ticks_since_decision >= self.decide_every
+        if not due and not self.read_every_tick:
+            self.stats.idle += 1  # nothing to read: the decision's read covers the whole interval
+            return
         t0 = time.perf_counter()
         table = self.dp.sample()
         sample_ms = (time.perf_counter() - t0) * 1e3
         self.recorder.samples(table)
         self.last_table = table
         self._aggregator.add(table, self.tick_s)
-        self._ticks_since_decision += 1
         requests: list[tuple[int, str, str, Verdict, dict[str, Any]]] = []
-        if self._ticks_since_decision >= self.decide_every:
+        if due:
             self._ticks_since_decision = 0
             requests = self._decide(self._aggregator.take())
         if requests:

@@ -62,6 +62,11 @@ class Recorder:
             self.close()
             raise
 
+    @property
+    def recording(self) -> bool:
+        """--record is on (the controller then reads the monitor on every tick)."""
+        return self._writer is not None
+
     def samples(self, table: pa.Table) -> None:
         if self._writer is not None and table.num_rows:
             self._writer.write_table(table)

@@ -402,3 +402,33 @@ def test_exploration_skips_pinned_and_static_never_explores() -> None:
     plane = FakePlane({1: "cubic"}, {"cubic": 12.0, "bbr": 46.0, "pcc": 30.0})
     ctl, clock = _controller(plane, {"kind": "static", "static_cca": "cubic"}, EXPLORE_GUARD)
     assert ctl.explorer is None and set(_run(ctl, clock, 10)) == {"cubic"}
+
+
+def test_monitor_read_once_per_decision_unless_recording(tmp_path: Path) -> None:
+    """Tick 0.2 s, decisions every 1 s: without --record the monitor is read on decision ticks only
+    (the read differences the kernel counters over the whole interval); with --record or
+    daemon.sample_every_tick on every tick."""
+    from ccswitch.daemon.controller import Controller
+
+    class Counting(FakePlane):
+        reads = 0
+
+        def sample(self) -> pa.Table:
+            self.reads += 1
+            return super().sample()
+
+    for extra, rec, want in (({}, None, 2), ({"sample_every_tick": True}, None, 10),
+                             ({}, Recorder(record=tmp_path / "r.parquet"), 10)):
+        plane = Counting({1: "cubic"}, {"cubic": 10.0})
+        cfg = parse_config({"daemon": {"tick_s": 0.2, **extra}, "policy": {"kind": "heuristic"},
+                            "flows": {"min_age_s": 0.0}})
+        clock = Clock()
+        ctl = Controller(cfg, build_decider(dict(cfg.policy))[0], plane, recorder=rec, clock=clock,
+                         available=lambda: ["cubic"])
+        for _ in range(10):
+            ctl.tick()
+            clock.t += 0.2
+        assert plane.reads == want and ctl.stats.n == want and ctl.stats.idle == 10 - want
+        assert ctl.stats.decisions == 2  # one per second either way
+        if rec:
+            rec.close()
