@@ -32,7 +32,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ccswitch.envs.features import ACTIONS, BASE_COLUMNS, ObservationBuilder, feature_names
+from ccswitch.daemon.flowindex import FlowIndex, string_codes
+from ccswitch.daemon.observations import LiveObservations
+from ccswitch.envs.features import ACTIONS, BASE_COLUMNS, feature_names
 from ccswitch.envs.reward import EVAL_WEIGHTS
 from ccswitch.models.policy import DEFAULT_POLICY, Policy, PolicyError, load_policy
 
@@ -74,16 +76,13 @@ class DqnDecider(Decider):
         policy.q_values(np.zeros((2, policy.n_features), np.float32))  # BLAS set-up before the first tick
 
     def reset(self) -> None:
-        self.builder = ObservationBuilder(self.policy.normalisation, window=self.policy.window,
-                                          actions=self.policy.actions)
-
-    def observe(self, cols: dict[str, np.ndarray], ccas: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        return self.builder.update_arrays(cols, ccas)
+        self.builder = LiveObservations(self.policy.normalisation, window=self.policy.window,
+                                        actions=self.policy.actions)
 
     def scores(self, table: pa.Table, group: np.ndarray, now: float) -> Scores:
         cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in (*BASE_COLUMNS, "flow_id", "sndq_bytes")}
         cols["netns_cookie"] = group
-        ids, obs = self.builder.update_arrays(cols, table.column("cca").to_pylist())
+        ids, obs = self.builder.update(cols, *string_codes(table.column("cca")))
         return Scores(ids, self.policy.q_values(obs).astype(np.float64), obs)
 
     def describe(self) -> dict[str, Any]:
@@ -105,34 +104,28 @@ class HeuristicDecider(Decider):
         self.reset()
 
     def reset(self) -> None:
-        self._slot: dict[int, int] = {}
+        self._index = FlowIndex()
         self._mem = np.full((64, len(self.actions), 4), np.nan)  # thr Mb/s, rtt ms, loss, time
 
-    def _slots(self, ids: Sequence[int]) -> np.ndarray:
-        out = np.empty(len(ids), dtype=np.int64)
-        for i, fid in enumerate(ids):
-            s = self._slot.get(fid)
-            if s is None:
-                s = self._slot[fid] = len(self._slot)
-                if s >= len(self._mem):
-                    self._mem = np.concatenate([self._mem, np.full_like(self._mem, np.nan)])
-            out[i] = s
-        return out
+    def _slots(self, ids: np.ndarray) -> np.ndarray:
+        slots, new = self._index.slots_for(ids)
+        if self._index.size > len(self._mem):
+            grow = max(self._index.size, 2 * len(self._mem)) - len(self._mem)
+            self._mem = np.concatenate([self._mem, np.full((grow, *self._mem.shape[1:]), np.nan)])
+        self._mem[slots[new]] = np.nan  # a reused slot starts empty
+        return slots
 
     def forget(self, alive: set[int]) -> None:
-        if len(self._slot) > 2 * max(len(alive), 32):  # compact
-            keep = [f for f in self._slot if f in alive]
-            old = self._mem[[self._slot[f] for f in keep]] if keep else self._mem[:0]
-            self.reset()
-            slots = self._slots(keep)
-            self._mem[slots] = old
+        if len(self._index) > 2 * max(len(alive), 32):  # drop the memories of closed flows
+            self._index.retain(np.fromiter(alive, np.uint64, len(alive)))
 
     def scores(self, table: pa.Table, group: np.ndarray, now: float) -> Scores:
         n, a = table.num_rows, len(self.actions)
         ids = table.column("flow_id").to_numpy()
-        slots = self._slots(ids.tolist())
-        idx = {c: i for i, c in enumerate(self.actions)}
-        cca = np.array([idx.get(c, -1) for c in table.column("cca").to_pylist()], dtype=np.int64)
+        slots = self._slots(ids)
+        codes, values = string_codes(table.column("cca"))
+        lut = np.array([self.actions.index(v) if v in self.actions else -1 for v in values] or [-1], dtype=np.int64)
+        cca = lut[codes] if n else np.empty(0, dtype=np.int64)
         thr = np.nan_to_num(table.column("throughput_bps").to_numpy(), nan=0.0) / 1e6
         rtt = table.column("rtt_us").to_numpy() / 1e3
         loss = np.nan_to_num(table.column("loss_rate").to_numpy(), nan=0.0)

@@ -432,3 +432,54 @@ def test_monitor_read_once_per_decision_unless_recording(tmp_path: Path) -> None
         assert ctl.stats.decisions == 2  # one per second either way
         if rec:
             rec.close()
+
+
+# --------------------------------------------------- vectorised bookkeeping
+def test_live_observations_equal_the_envs_builder() -> None:
+    """The daemon's vectorised builder gives ObservationBuilder's observations exactly, over updates
+    in which flows appear, pause (shorter and longer than forget_after) and vanish."""
+    from ccswitch.daemon.flowindex import string_codes
+    from ccswitch.daemon.observations import LiveObservations
+    from ccswitch.envs.features import Normalisation, ObservationBuilder
+
+    rng = np.random.default_rng(7)
+    norm = Normalisation(tuple(rng.uniform(-1, 1, 6)), tuple(rng.uniform(0.5, 2, 6)))
+    ref, live = ObservationBuilder(norm), LiveObservations(norm)
+    pool = np.arange(1, 400, dtype=np.uint64) * 977
+    for step in range(60):
+        present = pool[rng.random(len(pool)) < (0.3 if step % 7 else 0.9)]
+        present = rng.permutation(present[: 40 + step * 3])
+        n = len(present)
+        t = _table([{"flow_id": int(f), "throughput_bps": float(rng.uniform(0, 5e7)),
+                     "rtt_us": float(rng.uniform(1e3, 1e5)), "rtt_ratio": float(rng.uniform(1, 4)),
+                     "loss_rate": float(rng.uniform(0, 0.05)),
+                     "jitter_us": float(rng.uniform(0, 5e3)) if i % 5 else math.nan,
+                     "sending_rate_bps": float(rng.uniform(0, 5e7)), "sndq_bytes": int(i % 3),
+                     "netns_cookie": int(i % 4), "cca": ("cubic", "bbr", "pcc", "reno")[i % 4]}
+                    for i, f in enumerate(present)])
+        ids_r, obs_r = ref.update(t)
+        cols = {c: t.column(c).to_numpy(zero_copy_only=False) for c in (
+            "throughput_bps", "rtt_us", "rtt_ratio", "loss_rate", "jitter_us", "sending_rate_bps", "flow_id",
+            "sndq_bytes", "netns_cookie")}
+        ids_l, obs_l = live.update(cols, *string_codes(t.column("cca")))
+        assert n == len(ids_l) and (ids_r == ids_l).all()
+        assert np.array_equal(obs_r, obs_l), step
+        assert len(ref) == len(live)
+
+
+def test_flow_index_and_string_codes() -> None:
+    from ccswitch.daemon.flowindex import FlowIndex, string_codes
+
+    ix = FlowIndex()
+    s, new = ix.slots_for(np.array([50, 30, 2**63 + 5], dtype=np.uint64))
+    assert new.all() and sorted(s.tolist()) == [0, 1, 2]
+    assert ix.lookup(np.array([2**63 + 5, 7, 30], dtype=np.uint64)).tolist() == [s[2], -1, s[1]]
+    freed = ix.retain(np.array([30], dtype=np.uint64))
+    assert sorted(freed.tolist()) == sorted([s[0], s[2]]) and len(ix) == 1
+    s2, new2 = ix.slots_for(np.array([30, 8, 9], dtype=np.uint64))
+    assert new2.tolist() == [False, True, True] and s2[0] == s[1] and set(s2[1:].tolist()) == set(freed.tolist())
+    assert ix.size == 3  # freed slots reused, no growth
+    col = pa.chunked_array([pa.array(["cubic", "bbr"]), pa.array(["pcc", None, "fd00::1", "cubic"]).slice(0, 4)])
+    codes, values = string_codes(col)
+    assert [values[c] for c in codes] == ["cubic", "bbr", "pcc", "", "fd00::1", "cubic"]
+    assert len(values) == 5 and string_codes(pa.array([], pa.string()))[1] == []
