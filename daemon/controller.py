@@ -46,6 +46,7 @@ from ccswitch.bpf.switcher import SwitchResult
 from ccswitch.daemon.aggregate import Aggregator
 from ccswitch.daemon.config import Config
 from ccswitch.daemon.explore import ExploreConfig, Explorer, Proposal
+from ccswitch.daemon.flowindex import FlowIndex, string_codes
 from ccswitch.daemon.guard import Guard, GuardConfig, Verdict
 from ccswitch.daemon.policies import Decider, HeuristicDecider, ObserveDecider
 from ccswitch.daemon.recorder import Recorder
@@ -123,8 +124,10 @@ class Controller:
         self.started = clock()
         self.last_table: pa.Table | None = None
         self.last_decision: dict[int, dict[str, Any]] = {}
-        self._reward_avg: dict[int, float] = {}
-        self._last_index: dict[int, int] = {}
+        self._flows = FlowIndex()  # managed-candidate flows -> slots of the arrays below
+        self._first = np.zeros(64)  # first seen (guard clock)
+        self._ravg = np.full(64, np.nan)  # running mean reward (the post-switch evaluation's "before")
+        self._last_ids: np.ndarray | None = None  # flow ids of the rows of _last_q / _last_obs
         self._last_q: np.ndarray | None = None
         self._last_obs: np.ndarray | None = None
         self._last_fast: set[int] = set()
@@ -192,6 +195,12 @@ class Controller:
             self.metrics.tick(self, ms)
 
     def _decide(self, agg: pa.Table) -> list[tuple[int, str, str, Verdict, dict[str, Any]]]:
+        """One decision over the interval's aggregate *agg*; returns the switches and reverts to apply.
+
+        Per-flow numbers (first seen, running reward) live in arrays indexed through a
+        FlowIndex; Python steps are taken only for new flows, flows the guard is busy
+        with (guard.busy()), flows whose best CCA is not the current one, and exploration.
+        """
         now = self.clock()
         n = agg.num_rows
         ids = agg.column("flow_id").to_numpy()
@@ -199,10 +208,11 @@ class Controller:
         gone = self.guard.forget(alive)
         for f in gone:
             self.last_decision.pop(f, None)
-            self._reward_avg.pop(f, None)
             self._pending_hist.pop(f, None)
         if gone:
             self._dirty = True
+        if gone:  # every flow of the index is one the guard tracks
+            self._flows.remove(np.array(gone, dtype=np.uint64))
         self.selector.forget(alive)
         if isinstance(self.decider, HeuristicDecider):
             self.decider.forget(alive)
@@ -219,34 +229,38 @@ class Controller:
         rew = rewards(self.reward_cfg, agg, fair)
         state = agg.column("state").to_numpy()
         mask = np.isin(state, MANAGED_STATES) & self.selector.select(agg)
-        ccas = agg.column("cca").to_pylist()
-        ids_l = ids.tolist()
+        codes, names = string_codes(agg.column("cca"))
+        ccas = _Ccas(codes, names)
         rows = np.flatnonzero(mask)
         out: list[tuple[int, str, str, Verdict, dict[str, Any]]] = []
         min_age = float(self.cfg.flows["min_age_s"])
         g = self.guard
-        mids = [ids_l[i] for i in rows]
-        for i, fid in zip(rows.tolist(), mids, strict=True):  # new flows: first seen now
-            if fid not in g.flows:
-                g.track(fid, ccas[i])
+        slots, new = self._flows.slots_for(ids[rows])
+        if self._flows.size > len(self._first):
+            grow = max(self._flows.size, 2 * len(self._first)) - len(self._first)
+            self._first = np.concatenate([self._first, np.zeros(grow)])
+            self._ravg = np.concatenate([self._ravg, np.full(grow, np.nan)])
+        for k in np.flatnonzero(new).tolist():  # new flows: first seen now (or when a restored state says)
+            i = int(rows[k])
+            self._first[slots[k]] = g.track(int(ids[i]), ccas[i]).first_seen
+            self._ravg[slots[k]] = np.nan
         # the flow's reward before a switch: an exponential mean over guard.eval_window_s
         r_m = rew[rows]
-        prev = np.fromiter((self._reward_avg.get(f, np.nan) for f in mids), np.float64, len(mids))
+        prev = self._ravg[slots]
         a = min(1.0, self.decision_interval_s / max(g.cfg.eval_window_s, 1e-9))
-        avg = np.where(np.isnan(prev), r_m, prev + a * (r_m - prev))
-        self._reward_avg.update(zip(mids, avg.tolist(), strict=True))
+        self._ravg[slots] = np.where(np.isnan(prev), r_m, prev + a * (r_m - prev))
         # post-switch evaluation: only flows with a switch under evaluation
-        for i, fid in zip(rows.tolist(), mids, strict=True):
-            fg = g.flows[fid]
-            if fg.evaluation is not None:
-                v = g.observe(fid, ccas[i], float(rew[i]))
-                if v is not None:
-                    self._evaluated(fid, ccas[i], v, out)
-        first = np.fromiter((g.flows[f].first_seen for f in mids), np.float64, len(mids))
-        managed_rows = rows[now - first >= min_age]
+        find = _RowFinder(ids)
+        evaluating = [f for f in g.busy() if g.flows[f].evaluation is not None]
+        for i in find.rows(evaluating, mask):
+            fid = int(ids[i])
+            v = g.observe(fid, ccas[i], float(rew[i]))
+            if v is not None:
+                self._evaluated(fid, ccas[i], v, out)
+        managed_rows = rows[now - self._first[slots] >= min_age]
         self.stats.managed = len(managed_rows)
         scores = self.decider.scores(agg, fair.group, now)
-        self._last_index = dict(zip(ids_l, range(n), strict=True))
+        self._last_ids = ids
         self._last_q = scores.values
         self._last_obs = scores.features
         allowed = self.allowed()
@@ -255,24 +269,27 @@ class Controller:
         log_all = self.cfg.log["all_decisions"] or log.isEnabledFor(logging.DEBUG)
         reverting = {r[0] for r in out}
         # fast path: the policy prefers the current CCA and the guard has nothing going on for the flow
-        special = {f for f, fg in g.flows.items() if fg.pin is not None or fg.streak or fg.evaluation or fg.holdoff}
+        special = g.busy()
         col_of = {acts[j]: k for k, j in enumerate(keep_cols)}
         if keep_cols and len(managed_rows):
             q_allowed = np.nan_to_num(scores.values[np.ix_(managed_rows, keep_cols)], nan=-np.inf)
             best = np.argmax(q_allowed, axis=1)
-            cur = np.fromiter((col_of.get(ccas[i], -1) for i in managed_rows.tolist()), np.int64, len(managed_rows))
+            cur = np.array([col_of.get(v, -1) for v in names], dtype=np.int64)[codes[managed_rows]]
             fast = (best == cur) & np.isfinite(q_allowed.max(axis=1))
         else:
             fast = np.zeros(len(managed_rows), dtype=bool)
         self.stats.decisions += len(managed_rows)
-        self._last_fast = {ids_l[i] for i in managed_rows[fast].tolist()}
-        props = self._props = self._explore(managed_rows, ids, ids_l, ccas, scores.values, keep_cols, fair,
-                                            reverting, now)
-        todo = (managed_rows if log_all else managed_rows[~fast]).tolist() + [
-            self._last_index[f] for f in special if f in self._last_fast and not log_all]
-        todo += [self._last_index[f] for f in props if f in self._last_fast and f not in special]
+        fast_rows = managed_rows[fast]
+        self._last_fast = set(ids[fast_rows].tolist())
+        props = self._props = self._explore(managed_rows, ids, ccas, scores.values, keep_cols, fair, reverting, now)
+        if log_all:
+            todo = managed_rows.tolist()
+        else:
+            extra = [f for f in special if f in self._last_fast] + [
+                f for f in props if f in self._last_fast and f not in special]
+            todo = managed_rows[~fast].tolist() + find.rows(extra)
         for i in todo:
-            fid = ids_l[i]
+            fid = int(ids[i])
             if fid in reverting:
                 continue
             self._last_fast.discard(fid)
@@ -300,9 +317,14 @@ class Controller:
                 self._log_decision(rec, logging.DEBUG, force=self.cfg.log["all_decisions"])
         return out
 
-    def _explore(self, managed_rows: np.ndarray, ids: np.ndarray, ids_l: list[int], ccas: list[str],
-                 values: np.ndarray, keep_cols: list[int], fair: Fairness, reverting: set[int], now: float
-                 ) -> dict[int, Proposal]:
+    def _last_row(self, flow: int) -> int | None:
+        if self._last_ids is None:
+            return None
+        hit = np.flatnonzero(self._last_ids == np.uint64(flow))
+        return int(hit[0]) if len(hit) else None
+
+    def _explore(self, managed_rows: np.ndarray, ids: np.ndarray, ccas: _Ccas, values: np.ndarray,
+                 keep_cols: list[int], fair: Fairness, reverting: set[int], now: float) -> dict[int, Proposal]:
         """Exploration proposals (explore.py) for managed flows with an unscored allowed CCA or a round on."""
         ex = self.explorer
         if ex is None or not keep_cols or not len(managed_rows):
@@ -314,7 +336,7 @@ class Controller:
         acts = self.decider.actions
         out: dict[int, Proposal] = {}
         for i in managed_rows[look].tolist():
-            fid = ids_l[i]
+            fid = int(ids[i])
             if fid in reverting:
                 continue
             fg = self.guard.flows[fid]
@@ -355,7 +377,9 @@ class Controller:
             if explored and self.explorer is not None:
                 self.explorer.applied(fid, to, res.ok)
             if res.ok:
-                self.guard.applied(fid, prev, to, kind, before=self._reward_avg.get(fid))
+                slot = int(self._flows.lookup(np.array([fid], dtype=np.uint64))[0])
+                before = float(self._ravg[slot]) if slot >= 0 and not np.isnan(self._ravg[slot]) else None
+                self.guard.applied(fid, prev, to, kind, before=before)
                 rec["verdict"] = "applied"
                 if kind == "revert":
                     self.stats.reverts += 1
@@ -416,7 +440,7 @@ class Controller:
         return {**res.as_dict(), "pinned": cca}
 
     def last_q(self, flow: int) -> np.ndarray | None:
-        i = self._last_index.get(flow)
+        i = self._last_row(flow)
         return self._last_q[i] if self._last_q is not None and i is not None else None
 
     def _row_of(self, flow: int) -> dict[str, Any] | None:
@@ -536,7 +560,7 @@ class Controller:
         acts = self.decider.actions
         allowed = self.allowed()
         sc = {a: float(q[j]) for j, a in enumerate(acts) if a in allowed}
-        i = self._last_index.get(flow)
+        i = self._last_row(flow)
         feats = self._last_obs[i] if self._last_obs is not None and i is not None else None
         names = getattr(getattr(self.decider, "policy", None), "feature_names", None) or getattr(
             getattr(getattr(self.decider, "inner", None), "policy", None), "feature_names", None)
@@ -544,6 +568,38 @@ class Controller:
         return {"flow": flow, "cca": row["cca"], "q": {a: float(q[j]) for j, a in enumerate(acts)},
                 "features": features, "guard": self.guard.would(flow, row["cca"], sc).as_dict(),
                 "last_decision": self.last_decision.get(flow)}
+
+
+class _RowFinder:
+    """Rows of a table's flow ids holding given flows; sorts the ids on first use only."""
+
+    def __init__(self, ids: np.ndarray):
+        self.ids = ids
+        self._order: np.ndarray | None = None
+
+    def rows(self, flows: Iterable[int], mask: np.ndarray | None = None) -> list[int]:
+        """Ascending rows of *flows* (absent ones skipped; with *mask*, only rows where it is set)."""
+        want = np.fromiter(flows, np.uint64)
+        if not len(want) or not len(self.ids):
+            return []
+        if self._order is None:
+            self._order = np.argsort(self.ids, kind="stable")
+        srt = self.ids[self._order]
+        pos = np.minimum(np.searchsorted(srt, want), len(srt) - 1)
+        rows = self._order[pos[srt[pos] == want]]
+        if mask is not None:
+            rows = rows[mask[rows]]
+        return np.unique(rows).tolist()
+
+
+class _Ccas:
+    """The CCA of row i of a table whose CCA column came as codes (flowindex.string_codes)."""
+
+    def __init__(self, codes: np.ndarray, names: list[str]):
+        self.codes, self.names = codes, names
+
+    def __getitem__(self, i: int) -> str:
+        return self.names[self.codes[i]]
 
 
 def _short(d: dict[str, Any]) -> dict[str, Any]:

@@ -79,9 +79,32 @@ class FlowIndex:
         return freed
 
 
+_MEMO: list[tuple[pa.Array, tuple[np.ndarray, list[str]]]] = []
+MEMO_SIZE = 4  # a decision reads the CCA column in the controller and the decider, and the remote addresses
+
+
 def string_codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    """(codes, values): values[codes[i]] == col[i] (nulls read as ""), values sorted, no Arrow compute."""
+    """(codes, values): values[codes[i]] == col[i] (nulls read as ""), values sorted, no Arrow compute.
+
+    The last MEMO_SIZE results are kept with their arrays (so their buffers stay alive and an
+    address can only match the same buffer): the same column asked for again costs nothing.
+    """
+    if isinstance(col, pa.ChunkedArray) and col.num_chunks == 1:
+        col = col.chunk(0)
+    if isinstance(col, pa.Array):
+        for arr_, res in _MEMO:
+            if arr_ is col or (arr_.type == col.type and len(arr_) == len(col) and arr_.offset == col.offset
+                               and [b.address if b else 0 for b in arr_.buffers()]
+                               == [b.address if b else 0 for b in col.buffers()]):
+                return res
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    res = _string_codes(arr)
+    _MEMO.insert(0, (arr, res))
+    del _MEMO[MEMO_SIZE:]
+    return res
+
+
+def _string_codes(arr: pa.Array) -> tuple[np.ndarray, list[str]]:
     n = len(arr)
     if n == 0:
         return np.empty(0, dtype=np.int64), []
@@ -98,8 +121,12 @@ def string_codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]
     width = max(int(lens.max()), 1)
     col_i = np.arange(width)
     pos = np.minimum(off[:-1, None].astype(np.int64) + col_i, len(data) - 1)
+    if width <= 8:  # CCA names, IPv4 up to 8 characters: one integer per row
+        width = 8
+        col_i = np.arange(width)
+        pos = np.minimum(off[:-1, None].astype(np.int64) + col_i, len(data) - 1)
     mat = np.where(col_i < lens[:, None], data[pos], 0).astype(np.uint8)
-    keys = np.ascontiguousarray(mat).view(np.dtype((np.void, width))).ravel()
+    keys = np.ascontiguousarray(mat).view(np.dtype(">u8") if width == 8 else np.dtype((np.void, width))).ravel()
     _, first, codes = np.unique(keys, return_index=True, return_inverse=True)
     values = [bytes(data[off[i]:off[i] + lens[i]]).decode() for i in first.tolist()]
     return codes.astype(np.int64).ravel(), values

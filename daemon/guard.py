@@ -110,21 +110,40 @@ class Guard:
         self.cfg = cfg or GuardConfig()
         self.clock = clock
         self.flows: dict[int, FlowGuard] = {}
+        self._touched: set[int] = set()  # flows handled since the last busy(): the only ones that can be busy
 
     # ------------------------------------------------------------ bookkeeping
     def track(self, flow: int, cca: str) -> FlowGuard:
         fg = self.flows.get(flow)
         if fg is None:
             fg = self.flows[flow] = FlowGuard(first_seen=self.clock(), original=cca)
+        self._touched.add(flow)
         return fg
 
     def forget(self, alive: Iterable[int]) -> list[int]:
         """Drop flows that are gone; returns their ids."""
-        keep = set(alive)
+        keep = alive if isinstance(alive, set | frozenset) else set(alive)
         gone = [f for f in self.flows if f not in keep]
         for f in gone:
             del self.flows[f]
+            self._touched.discard(f)
         return gone
+
+    def busy(self) -> set[int]:
+        """Flows with something going on: a pin, a hysteresis streak, an evaluation or a hold-off.
+
+        Every change of those goes through a method that calls :meth:`track` (or
+        :meth:`from_state`), so only flows handled since the last call need a look:
+        the cost follows the busy flows, not all flows.
+        """
+        out = set()
+        for f in list(self._touched):
+            fg = self.flows.get(f)
+            if fg is not None and (fg.pin is not None or fg.streak or fg.evaluation is not None or fg.holdoff):
+                out.add(f)
+            else:
+                self._touched.discard(f)
+        return out
 
     def age(self, flow: int) -> float:
         fg = self.flows.get(flow)
@@ -141,6 +160,7 @@ class Guard:
         if not fg or fg.pin is None:
             return False
         fg.pin = None
+        self._touched.add(flow)
         return True
 
     # ------------------------------------------------------- rewards/evaluate
@@ -313,5 +333,6 @@ class Guard:
                 switches=deque(float(x) for x in d.get("switches", [])), pin=d.get("pin"),
                 holdoff={str(k): float(v) for k, v in d.get("holdoff", {}).items()},
                 changed_by_us=bool(d.get("changed_by_us")), evaluation=ev)
+            self._touched.add(fid)
             n += 1
         return n

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ccswitch.daemon.flowindex import string_codes
 from ccswitch.host import cgroup2_root
 
 RESOLVE_EVERY_S = 10.0
@@ -182,10 +183,9 @@ class FlowSelector:
         if len(self._lports):
             mask &= np.isin(table.column("sport").to_numpy(), self._lports)
         if self._nets:
-            dst = table.column("dst").dictionary_encode().combine_chunks() if isinstance(
-                table.column("dst"), pa.ChunkedArray) else table.column("dst").dictionary_encode()
-            ok = np.array([self._dst_match(d) for d in dst.dictionary.to_pylist()], dtype=bool)
-            mask &= ok[dst.indices.to_numpy(zero_copy_only=False)] if len(ok) else False
+            codes, values = string_codes(table.column("dst"))
+            ok = np.array([self._dst_match(d) for d in values], dtype=bool)
+            mask &= ok[codes] if len(ok) else False
         if self._comms:
             rows = np.flatnonzero(mask)
             comm = self.comm_of(table, rows)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ccswitch.daemon.flowindex import string_codes
 from ccswitch.envs.features import is_active
 from ccswitch.envs.reward import RewardConfig
 
@@ -58,10 +59,7 @@ def fairness(table: pa.Table, group_by: str = "dst") -> Fairness:
         inv = np.zeros(n, dtype=np.int64)
         keys = ["host"]
     else:
-        enc = table.column("dst").combine_chunks().dictionary_encode() if isinstance(
-            table.column("dst"), pa.ChunkedArray) else table.column("dst").dictionary_encode()
-        inv = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        keys = enc.dictionary.to_pylist()
+        inv, keys = string_codes(table.column("dst"))
     k = len(keys)
     a = active.astype(np.float64)
     n_g = np.bincount(inv, weights=a, minlength=k)

@@ -483,3 +483,14 @@ def test_flow_index_and_string_codes() -> None:
     codes, values = string_codes(col)
     assert [values[c] for c in codes] == ["cubic", "bbr", "pcc", "", "fd00::1", "cubic"]
     assert len(values) == 5 and string_codes(pa.array([], pa.string()))[1] == []
+
+
+def test_flow_selector_ports_and_prefixes() -> None:
+    from ccswitch.daemon.config import defaults
+    from ccswitch.daemon.selection import FlowSelector
+
+    cfg = {**defaults().flows, "dst_prefixes": ["10.0.0.0/24", "fd00::/8"], "ports": [5201]}
+    t = _table([{"flow_id": i + 1, "dst": d, "dport": p} for i, (d, p) in enumerate(
+        [("10.0.0.5", 5201), ("10.0.1.5", 5201), ("fd00::1", 5201), ("10.0.0.9", 22), ("10.0.0.5", 5201)])])
+    assert FlowSelector(cfg).select(t).tolist() == [True, False, True, False, True]
+    assert FlowSelector(defaults().flows).select(t).all()
