@@ -15,6 +15,8 @@ A scenario is a TOML file (examples in ``testbed/scenarios/``)::
     [link]                               # maps 1:1 onto linkemu's config (testbed/linkemu/README.md);
     emulator = "linkemu"                 # fields left out take linkemu's defaults.  Or "kernel":
                                          # bridge + htb + pfifo, uplink rate and pfifo only
+    client_delay_ms = [0, 35]            # optional, one per client: extra delay on the ACKs to each
+                                         # client (its RTT grows by that; e.g. a 5/40 ms RTT mix)
     [link.uplink]                        # client -> server (the direction the flows send)
     rate_mbit = 100                      # IP bytes; or trace = "file" (Mahimahi, relative to this file)
     delay_ms = 2.0                       # one-way delay
@@ -323,6 +325,8 @@ class Link:
     uplink: LinkDir = field(default_factory=LinkDir)
     downlink: LinkDir = field(default_factory=LinkDir)
     wifi: Wifi | None = None
+    client_delay_ms: tuple[float, ...] = ()
+    """Extra one-way delay per client on its downlink (ACK) path; empty: none."""
 
 
 @dataclass(frozen=True)
@@ -433,7 +437,7 @@ class Scenario:
             "wifi": self.link.wifi.to_config() if self.link.wifi else None,
             "stats": {"dir": str(stats_dir), "interval_ms": interval_ms,
                       "per_packet": self.capture.emulator_per_packet},
-        }
+        } | ({"client_delay_ms": list(self.link.client_delay_ms)} if self.link.client_delay_ms else {})
 
 
 # ------------------------------------------------------------- validation ---
@@ -726,8 +730,16 @@ def _link(t: _Table | None, base_dir: Path, clients: int) -> Link:
     down = _link_dir(t.table("downlink"), base_dir, replace(up, loss=None))
     wt = t.table("wifi")
     wifi = _wifi(wt, clients) if wt is not None else None
+    delays = t.array("client_delay_ms")
+    if delays:
+        if len(delays) != clients:
+            t.err(t.here("client_delay_ms"), f"needs one value per client ({clients}), got {len(delays)}")
+        for i, d in enumerate(delays):
+            if isinstance(d, bool) or not isinstance(d, int | float) or not 0 <= d <= 60_000:
+                t.err(f"{t.here('client_delay_ms')}[{i}]", f"must be a number of ms in 0..60000, got {d!r}")
     t.done()
-    link = Link(emulator=emulator, uplink=up, downlink=down, wifi=wifi)
+    link = Link(emulator=emulator, uplink=up, downlink=down, wifi=wifi,
+                client_delay_ms=tuple(float(d) for d in delays))
     if emulator == "kernel":
         _check_kernel_link(link, t)
     return link
@@ -738,6 +750,8 @@ def _check_kernel_link(link: Link, t: _Table) -> None:
     kernel = "with emulator = \"kernel\" (bridge + htb + pfifo on the uplink; use linkemu)"
     if link.wifi is not None:
         t.err(t.here("wifi"), f"not supported {kernel}")
+    if any(link.client_delay_ms):
+        t.err(t.here("client_delay_ms"), f"not supported {kernel}")
     for name, d in (("uplink", link.uplink), ("downlink", link.downlink)):
         if d.trace is not None:
             t.err(f"{t.here(name)}.trace", f"not supported {kernel}")

@@ -57,6 +57,13 @@ pub struct Config {
     pub downlink: LinkConfig,
     #[serde(default)]
     pub wifi: Option<WifiConfig>,
+    /// Extra one-way delay (ms) per client, added to every downlink frame
+    /// delivered to that client after the downlink link and WiFi hop, i.e. to
+    /// the ACKs of its uplink flows (paper 004 mixes 5 ms and 40 ms RTTs this
+    /// way, with netem on the receiver's ACKs).  Empty: 0 for every client;
+    /// otherwise one value per `client_ifs` entry.
+    #[serde(default)]
+    pub client_delay_ms: Vec<f64>,
     #[serde(default)]
     pub stats: Option<StatsConfig>,
     /// Largest IP packet forwarded; bigger frames are dropped as "oversize".
@@ -682,6 +689,17 @@ impl Config {
         self.downlink.validate("downlink")?;
         if let Some(w) = &self.wifi {
             w.validate("wifi", self.client_ifs.len())?;
+        }
+        if !self.client_delay_ms.is_empty() && self.client_delay_ms.len() != self.client_ifs.len() {
+            return Err(ConfigError::new(
+                "client_delay_ms",
+                format!("needs one value per client ({}), got {}", self.client_ifs.len(), self.client_delay_ms.len()),
+            ));
+        }
+        for (i, &d) in self.client_delay_ms.iter().enumerate() {
+            if !(d.is_finite() && (0.0..=60_000.0).contains(&d)) {
+                return Err(ConfigError::new(format!("client_delay_ms[{i}]"), format!("must be 0..60000 (ms), got {d}")));
+            }
         }
         if let Some(s) = &self.stats {
             positive("stats.interval_ms", s.interval_ms)?;

@@ -4,8 +4,12 @@
 //!
 //! ```text
 //!  client i --(wifi: station i queue, medium)--> uplink link ----------------------> server
-//!  client i <--(wifi: AP queue i, medium)------- downlink link <-------------------- server
+//!  client i <--(client delay i)--(wifi: AP queue i, medium)-- downlink link <------ server
 //! ```
+//!
+//! The per-client delay (`client_delay_ms`, default 0) is a FIFO delay line per
+//! client after everything else on the downlink: it lengthens that client's
+//! RTT (its flows' ACKs arrive later) without touching the shared bottleneck.
 //!
 //! Bridging rules (a learning switch with one special port):
 //! * a client's source MAC is learned on its port; it identifies the client of
@@ -29,7 +33,7 @@
 //! order, after `advance_to` has processed everything before them; the
 //! real-time loop (runtime.rs) and the tests (virtual time) both do that.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use crate::config::Config;
 use crate::link::{Link, Out};
@@ -62,6 +66,10 @@ pub struct Engine {
     emit: Vec<Emit>,
     lout: Vec<Out>,
     wout: Vec<(Dir, Out)>,
+    /// Extra downlink delay per client (empty: none).
+    client_delay: Vec<Nanos>,
+    /// Per client: downlink frames in its delay line, (due, frame), FIFO.
+    client_lines: Vec<VecDeque<(Nanos, Packet)>>,
 }
 
 /// Derive independent seeds for the random streams of each component.
@@ -99,6 +107,8 @@ impl Engine {
             emit: Vec::new(),
             lout: Vec::new(),
             wout: Vec::new(),
+            client_delay: cfg.client_delay_ms.iter().map(|&d| (d * 1e6).round() as Nanos).collect(),
+            client_lines: (0..n).map(|_| VecDeque::new()).collect(),
         })
     }
 
@@ -144,6 +154,11 @@ impl Engine {
                 t = t.min(e);
             }
         }
+        for line in &self.client_lines {
+            if let Some(&(due, _)) = line.front() {
+                t = t.min(due);
+            }
+        }
         t
     }
 
@@ -164,6 +179,7 @@ impl Engine {
                 self.links[d.index()].process(e, &mut self.lout);
                 self.route_link(d);
             }
+            self.release_client_lines(e);
             if self.stats.next_close() <= e {
                 let snap = self.snapshot();
                 self.stats.close_interval(self.stats.next_close(), &snap);
@@ -285,11 +301,7 @@ impl Engine {
                                 w.enqueue_down(c, pkt, t, &mut self.wout);
                                 self.route_wifi();
                             }
-                            None => {
-                                self.stats.on_out(Dir::Down, &pkt, t);
-                                let port = pkt.client as usize;
-                                self.emit.push(Emit { port, pkt, due: t, dir: Some(Dir::Down) });
-                            }
+                            None => self.deliver_down(pkt, t),
                         },
                     },
                 }
@@ -309,13 +321,33 @@ impl Engine {
                             self.links[0].enqueue(pkt, t, &mut self.lout);
                             self.route_link(Dir::Up);
                         }
-                        Dir::Down => {
-                            self.stats.on_out(Dir::Down, &pkt, t);
-                            let port = pkt.client as usize;
-                            self.emit.push(Emit { port, pkt, due: t, dir: Some(Dir::Down) });
-                        }
+                        Dir::Down => self.deliver_down(pkt, t),
                     },
                 }
+            }
+        }
+    }
+
+    /// A downlink frame has crossed the link (and WiFi hop) at `t`: send it,
+    /// or put it in its client's delay line.
+    fn deliver_down(&mut self, pkt: Packet, t: Nanos) {
+        let c = pkt.client as usize;
+        match self.client_delay.get(c) {
+            Some(&d) if d > 0 => self.client_lines[c].push_back((t + d, pkt)),
+            _ => {
+                self.stats.on_out(Dir::Down, &pkt, t);
+                self.emit.push(Emit { port: c, pkt, due: t, dir: Some(Dir::Down) });
+            }
+        }
+    }
+
+    /// Send the frames whose per-client delay has passed by `now`.
+    fn release_client_lines(&mut self, now: Nanos) {
+        for c in 0..self.client_lines.len() {
+            while self.client_lines[c].front().is_some_and(|&(due, _)| due <= now) {
+                let (due, pkt) = self.client_lines[c].pop_front().expect("front checked");
+                self.stats.on_out(Dir::Down, &pkt, due);
+                self.emit.push(Emit { port: c, pkt, due, dir: Some(Dir::Down) });
             }
         }
     }
@@ -340,6 +372,10 @@ impl Engine {
             for (d, _) in w.drain() {
                 inside[d.index()] += 1;
             }
+        }
+        for line in &mut self.client_lines {
+            inside[Dir::Down.index()] += line.len();
+            line.clear();
         }
         inside
     }

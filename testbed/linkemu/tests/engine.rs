@@ -311,3 +311,39 @@ fn dualpi2_uplink_per_class_statistics() {
     let q = s.engine.link(Dir::Up).qdisc().stats_json().unwrap();
     assert_eq!(q["l4s_coupled_marks"].as_u64().unwrap() + q["l4s_native_marks"].as_u64().unwrap(), l_marks);
 }
+
+#[test]
+fn client_delay_lengthens_only_that_clients_downlink() {
+    // Client 1 (port 1) gets 35 ms more on the downlink; client 0 none; the uplink is untouched.
+    let mut s = Sim::new(&cfg(r#", "client_delay_ms": [0, 35]"#));
+    s.inject(T0, 0, build::arp(C0));
+    s.inject(T0, 1, build::arp(C1));
+    s.sent.clear();
+    // Server -> each client, two frames each, 1 ms apart: 3 ms link delay + 0.5 ms at 24 Mbit/s.
+    for (t_ms, dst) in [(10, C0), (11, C0), (20, C1), (21, C1)] {
+        s.inject(T0 + t_ms * NS_PER_MS, 2, udp(dst, SRV, 1500));
+    }
+    s.run_until(T0 + NS_PER_S);
+    let due0: Vec<Nanos> = s.sent_to(0).iter().map(|e| e.due).collect();
+    let due1: Vec<Nanos> = s.sent_to(1).iter().map(|e| e.due).collect();
+    let base = |t_ms: u64| T0 + t_ms * NS_PER_MS + 500 * NS_PER_US + 3 * NS_PER_MS;
+    assert_eq!(due0, vec![base(10), base(11)]);
+    assert_eq!(due1, vec![base(20) + 35 * NS_PER_MS, base(21) + 35 * NS_PER_MS]);
+    // The uplink of the delayed client is not delayed: 1 ms at 12 Mbit/s + 5 ms.
+    s.sent.clear();
+    s.inject(T0 + 2 * NS_PER_S, 1, udp(SRV, C1, 1500));
+    s.run_until(T0 + 3 * NS_PER_S);
+    assert_eq!(s.sent_to(2)[0].due, T0 + 2 * NS_PER_S + 6 * NS_PER_MS);
+    // Frames still in a client's delay line at the end count as in flight (downlink).
+    s.inject(T0 + 4 * NS_PER_S, 2, udp(C1, SRV, 1500));
+    let inside = s.engine.finish(T0 + 4 * NS_PER_S + 10 * NS_PER_MS);
+    assert_eq!(inside, [0, 1]);
+}
+
+#[test]
+fn client_delay_needs_one_value_per_client() {
+    let short = Config::from_json(&cfg(r#", "client_delay_ms": [5]"#)).unwrap();
+    assert_eq!(short.validate().unwrap_err().field, "client_delay_ms");
+    let negative = Config::from_json(&cfg(r#", "client_delay_ms": [0, -1]"#)).unwrap();
+    assert_eq!(negative.validate().unwrap_err().field, "client_delay_ms[1]");
+}
