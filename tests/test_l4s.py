@@ -82,7 +82,7 @@ def test_router_defaults_without_rate_are_a_root_dualpi2() -> None:
 def test_sender_receiver_and_status_dry_run() -> None:
     l4s = commands(dry("sender", "--l4s").stdout)
     assert l4s == ["sysctl -q -w net.ipv4.tcp_ecn=3", "sysctl -q -w net.ipv4.tcp_ecn_option=2",
-                   "sysctl -q -w net.ipv4.tcp_ecn_fallback=1"]
+                   "sysctl -q -w net.ipv4.tcp_ecn_fallback=1", "sysctl -q -w net.ipv4.tcp_congestion_control=prague"]
     assert commands(dry("sender").stdout) == ["sysctl -q -w net.ipv4.tcp_ecn=2"]
     assert commands(dry("sender", "--classic-ecn").stdout) == ["sysctl -q -w net.ipv4.tcp_ecn=1"]
     gen = _module("make_scenarios")

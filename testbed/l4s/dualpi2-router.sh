@@ -116,7 +116,8 @@ Router options (defaults: sch_dualpi2's own, RFC 9332):
   --scenario FILE             take rate and dualpi2 parameters from a testbed scenario (options given
                               after --scenario override it)
 Sender options:
-  --l4s                       an L4S (Prague) sender: request AccECN (or classic ECN on older kernels)
+  --l4s                       sender: an L4S (Prague) host: request AccECN, prague as default CCA;
+                              receiver: prague listeners (accept AccECN on kernels whose tcp_ecn stops at 2)
   --classic-ecn               a classic sender that negotiates ECN (ECT(0)) instead of Not-ECT
 Receiver options:
   --ack-delay ADDR=MS         delay ACKs to client ADDR by MS ms (netem; repeatable)
@@ -270,12 +271,22 @@ cmd_router() {
     note "check with: $PROG status --dev $DEV"
 }
 
+# prague_default: make prague this host's default CCA (ECN/AccECN are negotiated in the
+# handshake, and iperf3 selects -C only after connect(): docs/l4s-kernel.md section 5).
+prague_default() {
+    if [ "$DRY_RUN" = 0 ] && ! grep -qw prague /proc/sys/net/ipv4/tcp_available_congestion_control; then
+        die "prague is not registered on this host: load a tcp_prague module (L4STeam kernel) or keep a ccswitch process with Prague running (e.g. the runner), then rerun"
+    fi
+    set_sysctl net.ipv4.tcp_congestion_control prague
+}
+
 cmd_sender() {
     if [ "$ROLE_L4S" = 1 ]; then
         set_tcp_ecn 3 1 "request AccECN: per-ACK CE counts for a scalable congestion control"
         set_sysctl net.ipv4.tcp_ecn_option 2
         set_sysctl net.ipv4.tcp_ecn_fallback 1
-        note "the L4S flows run congestion control 'prague' (ccswitch's BPF struct_ops, loaded by the runner)"
+        note "prague as the default CCA: the SYN then asks for (Acc)ECN (iperf3 sets -C only after connect)"
+        prague_default
     elif [ "$CLASSIC_ECN" = 1 ]; then
         set_tcp_ecn 1 1 "classic ECN: ECT(0) packets, the C queue marks instead of dropping"
     else
@@ -285,6 +296,10 @@ cmd_sender() {
 
 cmd_receiver() {
     set_tcp_ecn 3 2 "accept AccECN (and classic ECN) from the senders"
+    if [ "$ROLE_L4S" = 1 ]; then
+        note "listeners running prague accept AccECN even where tcp_ecn stops at 2 (Linux 6.18)"
+        prague_default
+    fi
     if [ "${#ACK_DELAYS[@]}" -gt 0 ]; then
         [ -n "$DEV" ] || die "receiver: --ack-delay needs --dev IFACE (the receiver's interface toward the router)"
         [ "$DRY_RUN" = 1 ] || ip link show dev "$DEV" >/dev/null 2>&1 || die "--dev: no interface '$DEV' on this host"
