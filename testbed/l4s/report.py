@@ -9,9 +9,11 @@ Phases are the stretches between flow starts and stops (paper 004's 20 s
 phases).  Per phase, over its last ``PHASE_S - SETTLE_S`` seconds (the first
 ``SETTLE_S`` = 5 s after flows join or leave are a transient and left out):
 
-* per flow: mean goodput (payload acked, from the monitor's FlowSample rows,
-  1 s intervals), Mbit/s, and its share of the fair share = goodput /
-  (sum of all active flows' goodput / number of active flows);
+* per flow: mean goodput, Mbit/s: the payload the iperf3 *server* received per
+  1 s interval (``iperf/NAME.server.json``), placed on the run's 1 s grid at the
+  flow's start_s (the monitor's FlowSample rows skip ticks when the 2-core VM
+  is loaded; iperf3's own intervals do not); its share of the fair share =
+  goodput / (sum of all active flows' goodput / number of active flows);
 * per class: aggregate goodput, per-flow mean, and **L:C** = L4S per-flow mean
   / Classic per-flow mean (paper 004 quotes it per class for one flow each:
   1:6 with DCTCP, 9:1 with BBRv2 as L4S, for DualPI2);
@@ -33,6 +35,7 @@ C queue delay mean (solid), p90 (dashed), max (dotted), log scale.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import itertools
 import json
@@ -44,11 +47,12 @@ from pathlib import Path
 from typing import Any
 
 from ccswitch.metrics import jain_index
-from ccswitch.testbed.report import load_run
 
 L4S_CCAS = ("prague",)
 SETTLE_S = 5.0
 """Seconds after each phase boundary left out of the phase's means."""
+MIN_PHASE_S = 4.0
+"""Shorter stretches between flow starts/stops are transitions, not phases (they are not reported)."""
 HEADER_FACTOR = 1500 / 1448
 """IP bytes per goodput byte (1448-byte payload with timestamps, 52 bytes of headers)."""
 CLASSES = ("L4S", "Classic")
@@ -127,18 +131,66 @@ def flow_infos(run_dir: Path, meta: dict[str, Any]) -> list[FlowInfo]:
     link = sc.get("link", {})
     base = float(link.get("uplink", {}).get("delay_ms", 0.0)) + float(link.get("downlink", {}).get("delay_ms", 0.0))
     extra = link.get("client_delay_ms") or []
+    t0 = float(meta.get("t0_epoch") or 0.0)
     out = []
     for f in meta["flows"]:
         c = int(f["client"])
         rtt = base + (float(extra[c - 1]) if c - 1 < len(extra) else 0.0)
-        out.append(FlowInfo(f["name"], c, f["cca"], float(f["start_s"]), float(f["start_s"]) + float(f["duration_s"]),
-                            "L4S" if f["cca"] in L4S_CCAS else "Classic", rtt))
+        start, end = actual_lifetime(run_dir / "iperf" / f"{f['name']}.server.json", t0,
+                                     float(f["start_s"]), float(f["duration_s"]))
+        out.append(FlowInfo(f["name"], c, f["cca"], start, end, "L4S" if f["cca"] in L4S_CCAS else "Classic", rtt))
     return out
 
 
-def queue_series(run_dir: Path) -> tuple[list[float], dict[str, dict[str, list[float]]]]:
-    """Per-interval L/C sojourn statistics (ms) of the uplink bottleneck from intervals.csv."""
+def actual_lifetime(server_json: Path, t0_epoch: float, start_s: float, duration_s: float) -> tuple[float, float]:
+    """When a flow really ran, s after t0: iperf3's start stamp (whole seconds, so +0.5 s) and the end of its
+    last interval; the scheduled times if the report is missing.  A loaded VM can start a flow seconds late
+    (the runner's thread stalls; SYN retries), and the phases must follow what happened."""
+    try:
+        d = json.loads(server_json.read_text())
+        stamp = float(d["start"]["timestamp"]["timesecs"]) + 0.5 - t0_epoch
+        last = float(d["intervals"][-1]["sum"]["end"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return start_s, start_s + duration_s
+    if not t0_epoch or abs(stamp - start_s) > 60:
+        stamp = start_s
+    start = max(start_s, stamp)
+    return start, start + last
+
+
+def iperf_series(run_dir: Path, flows: Sequence[FlowInfo],
+                 duration_s: float) -> tuple[list[float], dict[str, list[float]]]:
+    """Per-flow receiver goodput (Mbit/s) on a 1 s grid from the iperf3 servers' interval reports."""
+    n = math.ceil(duration_s)
+    t_s = [float(k + 1) for k in range(n)]
+    out: dict[str, list[float]] = {}
+    for f in flows:
+        path = run_dir / "iperf" / f"{f.name}.server.json"
+        byte_bins = [0.0] * n
+        seen = [0.0] * n
+        try:
+            intervals = json.loads(path.read_text()).get("intervals", [])
+        except (OSError, ValueError):
+            intervals = []
+        for iv in intervals:
+            sm = iv.get("sum", {})
+            a, b = f.start_s + float(sm.get("start", 0.0)), f.start_s + float(sm.get("end", 0.0))  # actual start
+            k = int((a + b) / 2)
+            if 0 <= k < n and b > a:
+                byte_bins[k] += float(sm.get("bytes", 0))
+                seen[k] += b - a
+        out[f.name] = [8 * byte_bins[k] / seen[k] / 1e6 if seen[k] > 0.5 else math.nan for k in range(n)]
+    return t_s, out
+
+
+def queue_series(run_dir: Path, t0_epoch: float) -> tuple[list[float], dict[str, dict[str, list[float]]]]:
+    """Per-interval L/C sojourn statistics (ms) of the uplink bottleneck from intervals.csv, on the
+    scenario clock (linkemu counts from its own start, before t0)."""
     path = run_dir / "emulator" / "intervals.csv"
+    offset = 0.0
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        emu_start = float(json.loads((run_dir / "emulator" / "summary.json").read_text())["run"]["start_unix_s"])
+        offset = t0_epoch - emu_start if t0_epoch else 0.0
     t: list[float] = []
     out: dict[str, dict[str, list[float]]] = {q: {k: [] for k in QUEUE_COLUMNS} for q in ("l", "c")}
     if not path.is_file():
@@ -148,7 +200,7 @@ def queue_series(run_dir: Path) -> tuple[list[float], dict[str, dict[str, list[f
     if not rows or QUEUE_COLUMNS["mean"].format(q="l") not in rows[0]:
         return [], out
     for r in rows:
-        t.append(float(r["t_s"]))
+        t.append(float(r["t_s"]) - offset)
         for q in ("l", "c"):
             for key, col in QUEUE_COLUMNS.items():
                 v = r.get(col.format(q=q), "")
@@ -166,19 +218,16 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def analyse(run_dir: Path) -> RunResult:
-    data = load_run(run_dir)
-    meta = data.meta
+    meta = json.loads((run_dir / "summary.json").read_text())["meta"]
     flows = flow_infos(run_dir, meta)
     rate = float(meta.get("uplink_rate_mbit") or math.nan)
-    dur = float(meta["duration_s"])
-    any_series = next(iter(data.series.values()))
-    t_s = list(any_series.t_s)
-    series = {name: list(s.goodput_mbps) for name, s in data.series.items()}
-    qt, queue = queue_series(run_dir)
+    dur = max(float(meta["duration_s"]), *(f.end_s for f in flows))
+    t_s, series = iperf_series(run_dir, flows, dur)
+    qt, queue = queue_series(run_dir, float(meta.get("t0_epoch") or 0.0))
     bounds = sorted({0.0, dur, *(f.start_s for f in flows), *(min(f.end_s, dur) for f in flows)})
     phases = []
     for a, b in itertools.pairwise(bounds):
-        if b - a < 1.0:
+        if b - a < MIN_PHASE_S:  # flows of one template step starting a second apart: not a phase
             continue
         active = [f for f in flows if f.start_s <= a + 1e-6 and f.end_s >= b - 1e-6]
         if not active:
@@ -256,7 +305,7 @@ def markdown(results: Sequence[RunResult]) -> str:
         for p in r.phases:
             dl, dc = p.delay_ms.get("L4S", {}), p.delay_ms.get("Classic", {})
             lines.append(
-                f"| {p.start_s:g}-{p.end_s:g} | {p.label} | {_f(p.per_flow_mbps['L4S'])} | "
+                f"| {p.start_s:.0f}-{p.end_s:.0f} | {p.label} | {_f(p.per_flow_mbps['L4S'])} | "
                 f"{_f(p.per_flow_mbps['Classic'])} | {ratio_text(p.lc_ratio)} | {_f(p.jain, 2)} | "
                 f"{_f(100 * p.utilisation, 0)} % | {_f(dl.get('mean', math.nan), 2)} / "
                 f"{_f(dl.get('p90', math.nan), 2)} / {_f(dl.get('max', math.nan), 1)} | "
@@ -269,7 +318,7 @@ def markdown(results: Sequence[RunResult]) -> str:
                       "| phase (s) | " + " | ".join(groups) + " | fair share |",
                       "|---|" + "---|" * (len(groups) + 1)]
             for p in r.phases:
-                lines.append(f"| {p.start_s:g}-{p.end_s:g} | "
+                lines.append(f"| {p.start_s:.0f}-{p.end_s:.0f} | "
                              + " | ".join(_f(p.group_per_flow_mbps.get(g, math.nan)) for g in groups)
                              + f" | {_f(p.fair_mbps)} |")
         if r.daemon:
