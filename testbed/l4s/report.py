@@ -118,6 +118,8 @@ class RunResult:
     queue: dict[str, dict[str, list[float]]]
     queue_t_s: list[float]
     switches: list[dict[str, Any]]
+    emulator: dict[str, Any] = field(default_factory=dict)
+    """linkemu's uplink summary (classes, qdisc_stats) for the whole run."""
 
 
 def _scenario_text(run_dir: Path) -> dict[str, Any]:
@@ -277,8 +279,11 @@ def analyse(run_dir: Path) -> RunResult:
     if sw_path.is_file():
         switches = json.loads(sw_path.read_text())
     daemon_dir = run_dir / "daemon"
+    emu: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        emu = json.loads((run_dir / "emulator" / "summary.json").read_text())["uplink"]
     return RunResult(meta["scenario"], run_dir, rate, daemon_dir.is_dir(), flows, phases, t_s, series, queue, qt,
-                     switches)
+                     switches, emu)
 
 
 # ------------------------------------------------------------------ output ---
@@ -295,8 +300,36 @@ def ratio_text(r: float) -> str:
     return f"1:{1 / r:.1f}" if r < 1 else f"{r:.1f}:1"
 
 
+def whole_run_table(results: Sequence[RunResult]) -> list[str]:
+    """Per run: linkemu's exact per-class sojourn percentiles (0.1 ms resolution), marks, drops, p'."""
+    lines = ["| run | L sojourn mean / p90 / p99 / max (ms) | C sojourn mean / p90 / p99 / max (ms) "
+             "| L marked / dropped | C dropped | p' mean / max | overload updates | L marks native / coupled |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        cl = (r.emulator or {}).get("classes") or {}
+        q = (r.emulator or {}).get("qdisc_stats") or {}
+        if not cl:
+            continue
+        lq, cq = cl["l4s"], cl["classic"]
+
+        def soj(c: dict[str, Any]) -> str:
+            s = c["sojourn_us"]
+            return " / ".join(_f(s[k] / 1000, 2 if k != "max" else 1) for k in ("mean", "p90", "p99", "max"))
+
+        def pct(n: float, d: float) -> str:
+            return _f(100 * n / d, 1) + " %" if d else "-"
+
+        lines.append(f"| {r.scenario} | {soj(lq)} | {soj(cq)} | {pct(lq['ecn_marks'], lq['packets_out'])} / "
+                     f"{pct(lq['drops_total'], lq['packets_out'] + lq['drops_total'])} | "
+                     f"{pct(cq['drops_total'], cq['packets_out'] + cq['drops_total'])} | "
+                     f"{_f(q.get('p_prime_mean', math.nan), 3)} / {_f(q.get('p_prime_max', math.nan), 3)} | "
+                     f"{q.get('overload_updates', '-')} | {q.get('l4s_native_marks', '-')} / "
+                     f"{q.get('l4s_coupled_marks', '-')} |")
+    return lines
+
+
 def markdown(results: Sequence[RunResult]) -> str:
-    lines = []
+    lines = ["#### Whole runs (linkemu's per-class statistics)", "", *whole_run_table(results), ""]
     for r in results:
         lines += [f"#### {r.scenario}", "",
                   "| phase (s) | L-C flows | L4S per flow | Classic per flow | L:C | Jain | util. "
