@@ -128,9 +128,14 @@
  *
  * Pacing and cwnd.  The rate is enforced with sk->sk_pacing_rate; the
  * socket is switched to SK_PACING_NEEDED so TCP paces internally without
- * the fq qdisc.  cwnd = rate * srtt + max(1 ms of data, 4 packets), i.e.
- * what the rate keeps in flight plus room for ACK jitter and delayed ACKs:
- * it never limits the paced rate, yet keeps TSO bursts to about 1 ms.
+ * the fq qdisc.  cwnd = 2 * rate * srtt + max(1 ms of data, 4 packets),
+ * i.e. twice what the rate keeps in flight (as the authors' PCC-Kernel
+ * does) plus room for ACK jitter and delayed ACKs: it never limits the
+ * paced rate, yet keeps TSO bursts short.  With only rate * srtt, RTT
+ * samples above srtt (WiFi aggregation: 3 ms srtt, 8 ms spikes on paper
+ * 002's emulated link) left the sender cwnd-limited at ~88% of its target,
+ * the "unreachable" guard below then set the rate to what was sent, and
+ * the next MIs fell short again: a spiral down to 40-50% of the link.
  *
  * State.  icsk_ca_priv (104 bytes) cannot hold four MIs with regression
  * sums, so everything lives in the socket-local storage map ccs_pcc_state,
@@ -219,7 +224,8 @@ char _license[] SEC("license") = "GPL";
 #define PCC_SEND_MIN_PCT	85		/* MI sent < 85% of target: no rise */
 #define PCC_SEND_RATIO_MIN_Q16	60293		/* < 92% over ~4 MIs: unreachable */
 
-/* cwnd = rate * srtt + max(rate * 1 ms, 4 packets) */
+/* cwnd = PCC_CWND_SRTT_MULT * rate * srtt + max(rate * 1 ms, 4 packets) */
+#define PCC_CWND_SRTT_MULT	2	/* as PCC-Kernel; see "Pacing and cwnd" */
 #define PCC_CWND_BURST_US	1000ULL
 #define PCC_CWND_MIN_EXTRA	4
 #define PCC_CWND_MIN		4
@@ -1034,14 +1040,15 @@ static void pcc_advance_send(struct pcc_state *s, const struct tcp_sock *tp,
 	}
 }
 
-/* cwnd = rate * srtt + max(1 ms of data, 4 packets), see header. */
+/* cwnd = 2 * rate * srtt + max(1 ms of data, 4 packets), see header. */
 static __u32 pcc_target_cwnd(const struct tcp_sock *tp,
 			     const struct pcc_state *s, __u64 rate)
 {
 	__u64 bytes_per_ms = rate / (BITS_PER_BYTE * USEC_PER_MSEC);
 	__u64 mss = pcc_mss(tp), cwnd, extra;
 
-	cwnd = bytes_per_ms * pcc_srtt_us(tp, s) / (USEC_PER_MSEC * mss);
+	cwnd = PCC_CWND_SRTT_MULT * bytes_per_ms * pcc_srtt_us(tp, s) /
+	       (USEC_PER_MSEC * mss);
 	extra = bytes_per_ms * PCC_CWND_BURST_US / (USEC_PER_MSEC * mss);
 	cwnd += pcc_max(extra, PCC_CWND_MIN_EXTRA);
 	cwnd = pcc_max(cwnd, PCC_CWND_MIN);
