@@ -115,10 +115,12 @@ def status(sock: str) -> dict:
     return request(sock, "status")
 
 
-def run(rate: float = 1000, seconds: float = 60, quiet: bool = False) -> dict[str, float]:
+def run(rate: float = 1000, seconds: float = 60, quiet: bool = False, every_tick: bool = False) -> dict[str, float]:
+    """*every_tick*: daemon.sample_every_tick (the monitor read on every tick, as with --record)."""
     ns = f"ccs-{secrets.token_hex(3)}-churn"
     tmp = Path(tempfile.mkdtemp(prefix="ccswitch-churn-"))
-    (tmp / "c.toml").write_text('[policy]\nkind = "observe"\n[daemon]\ntick_s = 0.2\n')
+    (tmp / "c.toml").write_text('[policy]\nkind = "observe"\n[daemon]\ntick_s = 0.2\n'
+                                f'sample_every_tick = {"true" if every_tick else "false"}\n')
     sock = str(tmp / "s.sock")
     create_netns(ns)
     subprocess.run(nsenter_argv(ns, ["ip", "link", "set", "lo", "up"]), check=True)
@@ -184,12 +186,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", type=float, default=1000)
     ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--every-tick", action="store_true", help="daemon.sample_every_tick = true (as with --record)")
     ap.add_argument("--generate", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.generate:
         print(json.dumps(generate(a.rate, a.seconds)))
         return
-    bad = check(run(a.rate, a.seconds))
+    bad = check(run(a.rate, a.seconds, every_tick=a.every_tick))
     print("PASS" if not bad else "FAIL: " + "; ".join(bad))
     sys.exit(1 if bad else 0)
 

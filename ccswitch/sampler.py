@@ -44,6 +44,25 @@ def _take(records: np.ndarray, index: np.ndarray) -> np.ndarray:
     return rows[index].view(records.dtype)
 
 
+def _expand_strings(names: list[str], index: np.ndarray) -> pa.Array:
+    """names[index] as a string array, gathered from the names' bytes with numpy.
+
+    (A DictionaryArray.cast(pa.string()) does the same but loads pyarrow.compute and Arrow's
+    kernel registry on first use: ~13 MB resident in ccswitchd, which needs nothing else from them.)
+    """
+    enc = [n.encode() for n in names]
+    lens = np.array([len(b) for b in enc], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64) if len(enc) else lens
+    blob = np.frombuffer(b"".join(enc) or b"\0", dtype=np.uint8)
+    idx = np.asarray(index, dtype=np.intp).ravel()
+    row_lens = lens[idx] if len(idx) else np.empty(0, dtype=np.int64)
+    offsets = np.zeros(len(idx) + 1, dtype=np.int64)
+    np.cumsum(row_lens, out=offsets[1:])
+    pos = np.repeat(starts[idx] - offsets[:-1], row_lens) + np.arange(offsets[-1])
+    return pa.StringArray.from_buffers(len(idx), pa.py_buffer(offsets.astype(np.int32)),
+                                       pa.py_buffer(blob[pos].tobytes()))
+
+
 def _birth_records(new: np.ndarray) -> np.ndarray:
     """The state of newly established flows at establishment: counters at zero."""
     birth = np.zeros(len(new), dtype=new.dtype)
@@ -103,20 +122,16 @@ class Sampler:
 
     @staticmethod
     def _addresses(c: np.ndarray, field: str) -> pa.Array:
-        # few distinct addresses: format each once, expand in C++
+        # few distinct addresses: format each once, expand with numpy
         keys = np.ascontiguousarray(c[field]).view(np.dtype((np.void, 16))).ravel()
         _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        names = pa.array([_fmt_addr(int(c["family"][i]), c[field][i]) for i in first], pa.string())
-        return pa.DictionaryArray.from_arrays(pa.array(inverse.astype(np.int32).ravel()),
-                                              names).cast(pa.string())
+        return _expand_strings([_fmt_addr(int(c["family"][i]), c[field][i]) for i in first], inverse)
 
     @staticmethod
     def _cca_names(c: np.ndarray) -> pa.Array:
-        # a handful of distinct names: decode each once, expand in C++
+        # a handful of distinct names: decode each once, expand with numpy
         uniq, inverse = np.unique(c["cca"], return_inverse=True)
-        names = pa.array([u.decode() for u in uniq.tolist()], pa.string())
-        return pa.DictionaryArray.from_arrays(pa.array(inverse.astype(np.int32)), names).cast(
-            pa.string())
+        return _expand_strings([u.decode() for u in uniq.tolist()], inverse)
 
     @staticmethod
     def _ecn_modes(c: np.ndarray) -> np.ndarray:
