@@ -120,6 +120,10 @@ class RunResult:
     switches: list[dict[str, Any]]
     emulator: dict[str, Any] = field(default_factory=dict)
     """linkemu's uplink summary (classes, qdisc_stats) for the whole run."""
+    daemon_events: list[dict[str, Any]] = field(default_factory=list)
+    """ccswitchd's applied switches and reverts: t_s (since t0), flow, from, to, action."""
+    cca_seconds: dict[str, float] = field(default_factory=dict)
+    """Seconds the classic flows spent on each CCA (with the daemon's switches)."""
 
 
 def _scenario_text(run_dir: Path) -> dict[str, Any]:
@@ -214,6 +218,38 @@ def queue_series(run_dir: Path, t0_epoch: float) -> tuple[list[float], dict[str,
     return t, out
 
 
+def daemon_events(run_dir: Path, t0_epoch: float) -> list[dict[str, Any]]:
+    """Applied switches/reverts from every ccswitchd decisions.jsonl of the run, on the scenario clock."""
+    names: dict[int, str] = {}
+    with contextlib.suppress(Exception):
+        import pyarrow.parquet as pq
+
+        names = {int(r["flow_id"]): r["flow"] for r in pq.read_table(run_dir / "flows.parquet").to_pylist()}
+    out = []
+    for path in sorted((run_dir / "daemon").glob("*/decisions.jsonl")):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                r = json.loads(line)
+                if r["action"] in ("switch", "revert") and r.get("verdict") == "applied":
+                    out.append({"t_s": float(r["ts"]) - t0_epoch, "flow": names.get(int(r["flow"]), str(r["flow"])),
+                                "from": r["from"], "to": r["to"], "action": r["action"]})
+    return sorted(out, key=lambda e: e["t_s"])
+
+
+def cca_seconds(flows: Sequence[FlowInfo], events: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Seconds each CCA ran, summed over the classic flows, following the daemon's switches."""
+    out: dict[str, float] = {}
+    for f in flows:
+        if f.klass != "Classic":
+            continue
+        t, cca = f.start_s, f.cca
+        for e in (e for e in events if e["flow"] == f.name and f.start_s <= e["t_s"] <= f.end_s):
+            out[cca] = out.get(cca, 0.0) + e["t_s"] - t
+            t, cca = e["t_s"], e["to"]
+        out[cca] = out.get(cca, 0.0) + f.end_s - t
+    return out
+
+
 def _mean(xs: Sequence[float]) -> float:
     xs = [x for x in xs if not math.isnan(x)]
     return sum(xs) / len(xs) if xs else math.nan
@@ -279,11 +315,12 @@ def analyse(run_dir: Path) -> RunResult:
     if sw_path.is_file():
         switches = json.loads(sw_path.read_text())
     daemon_dir = run_dir / "daemon"
+    events = daemon_events(run_dir, float(meta.get("t0_epoch") or 0.0)) if daemon_dir.is_dir() else []
     emu: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError, KeyError):
         emu = json.loads((run_dir / "emulator" / "summary.json").read_text())["uplink"]
     return RunResult(meta["scenario"], run_dir, rate, daemon_dir.is_dir(), flows, phases, t_s, series, queue, qt,
-                     switches, emu)
+                     switches, emu, events, cca_seconds(flows, events))
 
 
 # ------------------------------------------------------------------ output ---
@@ -355,11 +392,15 @@ def markdown(results: Sequence[RunResult]) -> str:
                              + " | ".join(_f(p.group_per_flow_mbps.get(g, math.nan)) for g in groups)
                              + f" | {_f(p.fair_mbps)} |")
         if r.daemon:
-            done = [s for s in r.switches if s.get("ok")]
-            lines += ["", f"Daemon switches: {len(done)}"
-                      + (" (" + ", ".join(f"{s.get('t_s', s.get('at_s', 0)):.0f} s {s['flow']}→{s['cca']}"
-                                          for s in done[:12]) + (" …" if len(done) > 12 else "") + ")"
-                         if done else "")]
+            sw = [e for e in r.daemon_events if e["action"] == "switch"]
+            rv = [e for e in r.daemon_events if e["action"] == "revert"]
+            total = sum(r.cca_seconds.values()) or 1.0
+            by_time = sorted(r.cca_seconds.items(), key=lambda x: -x[1])
+            share = ", ".join(f"{c} {100 * v / total:.0f} %" for c, v in by_time)
+            lines += ["", f"ccswitchd on the classic client: {len(sw)} switches, {len(rv)} reverts; classic flow-time "
+                      f"by CCA: {share}.  Timeline: "
+                      + ", ".join(f"{e['t_s']:.0f} s {e['flow']} {e['from']}→{e['to']}"
+                                  + (" (revert)" if e["action"] == "revert" else "") for e in r.daemon_events)]
         lines.append("")
     return "\n".join(lines)
 
@@ -409,6 +450,10 @@ def plot(r: RunResult, out: Path) -> Path:
         xs += [p.start_s, p.end_s]
         ys += [cap / (p.counts["L4S"] + p.counts["Classic"])] * 2
     ax.plot(xs, ys, color="grey", lw=1.5, label="fair share")
+    for e in r.daemon_events:
+        ax.axvline(e["t_s"], color="tab:blue", ls="--" if e["action"] == "switch" else ":", lw=0.8, alpha=0.7)
+        ax.text(e["t_s"], ax.get_ylim()[1] * 0.97, f"{e['flow']}→{e['to']}", rotation=90, fontsize=6,
+                va="top", ha="right", color="tab:blue")
     ax.set_ylabel("Mbit/s per flow")
     ax.legend(fontsize=6, ncol=4, loc="upper right")
     ax = axes[2]
