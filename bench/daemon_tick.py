@@ -14,22 +14,41 @@
    have TensorFlow loaded (checked in this process after building the deciders:
    'tensorflow' not in sys.modules).
 3. CPU share: the real ccswitchd (DQN, tick 0.2 s) with 100 established
-   loopback connections for 20 s: (utime + stime) / wall; target < 2 % of a core.
+   loopback connections: (utime + stime) / wall over --cpu-seconds after a
+   settling time (the DQN's first switches of the idle flows, their
+   evaluation); target < 2 % of a core.  Measured twice, alternating, side by
+   side with daemon.sample_every_tick = true (the monitor read every tick, as
+   before it was read once per decision interval, and as with --record), so
+   the ratio holds under any load.
+
+    .venv/bin/python bench/daemon_tick.py --compare REV [--ticks 40]
+
+4. Before/after: the tick cost of the controller of git revision REV (e.g.
+   3ed8786, the daemon before the vectorised bookkeeping) and of this tree,
+   on the same synthetic rows, in alternating subprocesses (REV's package
+   from `git archive`, laid out as installed), printed as ratios of the CPU
+   time per tick.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as ccswitchd does (daemon/main.py)
+if len(sys.argv) > 2 and sys.argv[1] == "--tree":  # a --compare child: import ccswitch from that tree
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]
+    sys.path.insert(0, sys.argv[2])
 import argparse
+import json
 import secrets
+import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +80,7 @@ class SyntheticPlane:
             ("thr", 1e5, 5e7), ("rtt", 1e3, 1e5), ("ratio", 1, 5), ("jit", 0, 5e3), ("loss", 0, 0.02))}
         self.cca = [("cubic", "bbr", "pcc")[i % 3] for i in range(n)]
         self.index = {int(f): i for i, f in enumerate(self.ids)}
+        self.cpu_s = 0.0  # CPU spent building rows (not the daemon's)
 
     def _v(self, k: str) -> np.ndarray:
         b = self.base[k]
@@ -69,6 +89,13 @@ class SyntheticPlane:
         return b * (1 + self.noise * self.rng.uniform(-1, 1, self.n))
 
     def sample(self) -> pa.Table:
+        c0 = time.thread_time()
+        try:
+            return self._sample()
+        finally:
+            self.cpu_s += time.thread_time() - c0
+
+    def _sample(self) -> pa.Table:
         n, r = self.n, self.rng
         cols = {f.name: np.zeros(n, dtype=f.type.to_pandas_dtype()) for f in FLOW_SAMPLE_SCHEMA
                 if not pa.types.is_string(f.type)}
@@ -108,13 +135,52 @@ def tick_cost(n: int, ticks: int, noise: float) -> dict[str, float]:
     ctl = Controller(cfg, dec, plane, available=lambda: ["cubic", "bbr", "pcc", "reno"])
     for _ in range(5 if noise >= 1 else 30):
         ctl.tick()
-    ms = []
+    ms, cpu = [], []
     for _ in range(ticks):
-        t0 = time.perf_counter()
+        t0, c0, s0 = time.perf_counter(), time.thread_time(), plane.cpu_s
         ctl.tick()
         ms.append((time.perf_counter() - t0) * 1e3 - ctl.stats.recent_sample_ms[-1])  # without building rows
+        cpu.append((time.thread_time() - c0 - (plane.cpu_s - s0)) * 1e3)
     ms.sort()
-    return {"p50": statistics.median(ms), "p99": ms[min(len(ms) - 1, int(0.99 * len(ms)))], "mean": statistics.mean(ms)}
+    return {"p50": statistics.median(ms), "p99": ms[min(len(ms) - 1, int(0.99 * len(ms)))], "mean": statistics.mean(ms),
+            "cpu_p50": statistics.median(cpu)}
+
+
+def tree_of(rev: str) -> Path:
+    """Revision *rev* of this repository as an importable `ccswitch` package (pyproject's package-dir)."""
+    repo = Path(__file__).resolve().parents[1]
+    tmp = Path(tempfile.mkdtemp(prefix="ccswitch-rev-"))
+    src = tmp / "src"
+    src.mkdir()
+    archive = subprocess.run(["git", "-C", str(repo), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    dirs = tomllib.loads((src / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    for pkg, d in sorted(dirs.items()):
+        dst = tmp / "pkg" / pkg.replace(".", "/")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if not dst.exists():
+            shutil.copytree(src / d, dst)
+    return tmp / "pkg"
+
+
+def compare(rev: str, ticks: int) -> None:
+    tree = tree_of(rev)
+    me = str(Path(__file__).resolve())
+    print(f"tick cost, controller of {rev} vs this tree (CPU ms per tick, p50 of {ticks} decision ticks; "
+          "two alternating runs each)")
+    print(f"{'flows':>7} {'case':>10} {rev + ' ms':>14} {'now ms':>10} {'now/' + rev:>14}")
+    for n in (100, 1000, 10000):
+        for noise, case in ((0.05, "steady"), (1.0, "contested")):
+            res: dict[str, list[float]] = {"old": [], "new": []}
+            for _ in range(2):
+                for who, pre in (("old", ["--tree", str(tree)]), ("new", [])):
+                    out = subprocess.run([sys.executable, me, *pre, "--one", str(n), str(noise),
+                                          str(ticks if n < 10000 else max(10, ticks // 5))],
+                                         check=True, capture_output=True, text=True).stdout
+                    res[who].append(json.loads(out.splitlines()[-1])["cpu_p50"])
+            old, new = statistics.mean(res["old"]), statistics.mean(res["new"])
+            print(f"{n:>7} {case:>10} {old:>14.2f} {new:>10.2f} {new / old:>14.2f}")
+    shutil.rmtree(tree.parent, ignore_errors=True)
 
 
 def kernel_sample_ms(n: int, reps: int = 10) -> float:
@@ -142,11 +208,13 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def daemon_run(policy: str, flows: int, seconds: float) -> dict[str, float]:
+def daemon_run(policy: str, flows: int, seconds: float, settle: float = 2.0, every_tick: bool = False
+               ) -> dict[str, float]:
     """A real ccswitchd in a private namespace with `flows` idle loopback connections."""
     ns = f"ccs-{secrets.token_hex(3)}-dtick"
     tmp = Path(tempfile.mkdtemp(prefix="ccswitch-dtick-"))
-    (tmp / "c.toml").write_text(f'[policy]\nkind = "{policy}"\n[flows]\nmin_age_s = 0.0\n')
+    (tmp / "c.toml").write_text(f'[policy]\nkind = "{policy}"\n[flows]\nmin_age_s = 0.0\n'
+                                f'[daemon]\nsample_every_tick = {"true" if every_tick else "false"}\n')
     create_netns(ns)
     try:
         subprocess.run(nsenter_argv(ns, ["ip", "link", "set", "lo", "up"]), check=True)
@@ -157,7 +225,7 @@ def daemon_run(policy: str, flows: int, seconds: float) -> dict[str, float]:
             try:
                 while not (tmp / "s.sock").exists():
                     time.sleep(0.1)
-                time.sleep(2.0)
+                time.sleep(settle)
                 c0, t0 = _proc_cpu_s(d.pid), time.monotonic()
                 time.sleep(seconds)
                 cpu = (_proc_cpu_s(d.pid) - c0) / (time.monotonic() - t0)
@@ -174,27 +242,48 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ticks", type=int, default=50)
     ap.add_argument("--cpu-seconds", type=float, default=20.0)
+    ap.add_argument("--settle", type=float, default=10.0, help="seconds before the CPU window starts")
+    ap.add_argument("--compare", metavar="REV", help="before/after: the controller of git revision REV vs this tree")
+    ap.add_argument("--tree", help=argparse.SUPPRESS)
+    ap.add_argument("--one", nargs=3, metavar=("N", "NOISE", "TICKS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.one:
+        n, noise, ticks = a.one
+        print(json.dumps(tick_cost(int(n), int(ticks), float(noise))))
+        return
+    if a.compare:
+        compare(a.compare, a.ticks)
+        return
     print("tick cost (decision every tick; daemon part on synthetic rows | one kernel sampling pass on real sockets)")
-    print(f"{'flows':>7} {'steady p50 ms':>14} {'steady p99':>11} {'contested p50':>14} {'contested p99':>14} "
-          f"{'kernel sample ms':>17} {'steady+sample':>14}")
+    print("(ms: wall time; cpu: the thread's CPU time, which load on the machine inflates less)")
+    print(f"{'flows':>7} {'steady p50 ms':>14} {'cpu p50':>8} {'steady p99':>11} {'contested p50':>14} {'cpu p50':>8} "
+          f"{'contested p99':>14} {'kernel sample ms':>17} {'steady+sample':>14}")
     ok = True
     for n in (100, 1000, 10000):
         t = a.ticks if n < 10000 else max(10, a.ticks // 5)
         st, co = tick_cost(n, t, 0.05), tick_cost(n, t, 1.0)
         k = kernel_sample_ms(n)
-        print(f"{n:>7} {st['p50']:>14.2f} {st['p99']:>11.2f} {co['p50']:>14.2f} {co['p99']:>14.2f} {k:>17.2f} "
-              f"{st['p50'] + k:>14.2f}")
+        print(f"{n:>7} {st['p50']:>14.2f} {st['cpu_p50']:>8.2f} {st['p99']:>11.2f} {co['p50']:>14.2f} "
+              f"{co['cpu_p50']:>8.2f} {co['p99']:>14.2f} {k:>17.2f} {st['p50'] + k:>14.2f}")
         if n == 1000:
             ok &= st["p50"] < TARGET_TICK_MS_1000
     assert "tensorflow" not in sys.modules, "the daemon's code path imported TensorFlow"
     print("tensorflow loaded: no")
     mem = daemon_run("observe", 10, 5.0)
     print(f"ccswitchd RSS (observe, idle): {mem['rss_mb']:.1f} MB (target < {TARGET_RSS_MB:g})")
-    cpu = daemon_run("dqn", 100, a.cpu_seconds)
-    print(f"ccswitchd CPU at 100 flows (dqn, tick 0.2 s): {100 * cpu['cpu_share']:.2f} % of a core "
-          f"(target < {100 * TARGET_CPU:g} %), RSS {cpu['rss_mb']:.1f} MB")
-    ok &= mem["rss_mb"] < TARGET_RSS_MB and cpu["cpu_share"] < TARGET_CPU
+    runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+    for _ in range(2):
+        for every in (True, False):
+            runs[every].append(daemon_run("dqn", 100, a.cpu_seconds, a.settle, every_tick=every))
+    cpu = {k: statistics.mean(r["cpu_share"] for r in v) for k, v in runs.items()}
+    for every in (True, False):
+        what = "every tick (sample_every_tick = true)" if every else "once per decision (default)"
+        shares = " / ".join(f"{100 * r['cpu_share']:.2f}" for r in runs[every])
+        print(f"ccswitchd CPU at 100 flows (dqn, tick 0.2 s), monitor read {what}: {shares} % of a core, "
+              f"RSS {runs[every][-1]['rss_mb']:.1f} MB")
+    print(f"CPU default / every tick: {cpu[False] / cpu[True]:.2f}; default {100 * cpu[False]:.2f} % "
+          f"(target < {100 * TARGET_CPU:g} %)")
+    ok &= mem["rss_mb"] < TARGET_RSS_MB and cpu[False] < TARGET_CPU
     print("PASS" if ok else "FAIL (see targets above)")
 
 

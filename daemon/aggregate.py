@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ccswitch.daemon.flowindex import take_rows
 from ccswitch.schema import FLOW_SAMPLE_SCHEMA
 
 RATE_COLUMNS = ("throughput_bps", "goodput_bps", "sending_rate_bps", "byte_rate_bps")
@@ -58,7 +59,7 @@ def aggregate(t: pa.Table) -> pa.Table:
     # newest row of every flow: the last occurrence (rows are in time order)
     last = np.zeros(n, dtype=np.int64)
     np.maximum.at(last, inv, np.arange(len(ids)))
-    out = t.take(pa.array(last))
+    out = take_rows(t, last)
     dt = t.column("interval_s").to_numpy()
     tot = np.bincount(inv, weights=dt, minlength=n)
     cols: dict[str, np.ndarray] = {"interval_s": tot}

@@ -130,3 +130,33 @@ def _string_codes(arr: pa.Array) -> tuple[np.ndarray, list[str]]:
     _, first, codes = np.unique(keys, return_index=True, return_inverse=True)
     values = [bytes(data[off[i]:off[i] + lens[i]]).decode() for i in first.tolist()]
     return codes.astype(np.int64).ravel(), values
+
+
+def expand_strings(values: list[str], codes: np.ndarray) -> pa.Array:
+    """values[codes] as a string array, gathered from the values' bytes with numpy (no Arrow compute)."""
+    enc = [v.encode() for v in values]
+    lens = np.array([len(b) for b in enc], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64) if len(enc) else lens
+    blob = np.frombuffer(b"".join(enc) or b"\0", dtype=np.uint8)
+    idx = np.asarray(codes, dtype=np.intp).ravel()
+    row_lens = lens[idx] if len(idx) else np.empty(0, dtype=np.int64)
+    offsets = np.zeros(len(idx) + 1, dtype=np.int64)
+    np.cumsum(row_lens, out=offsets[1:])
+    pos = np.repeat(starts[idx] - offsets[:-1], row_lens) + np.arange(offsets[-1])
+    return pa.StringArray.from_buffers(len(idx), pa.py_buffer(offsets.astype(np.int32)),
+                                       pa.py_buffer(blob[pos].tobytes()))
+
+
+def take_rows(t: pa.Table, rows: np.ndarray) -> pa.Table:
+    """t.take(rows) without Arrow compute (numpy per column; a column with nulls falls back to Arrow)."""
+    cols = []
+    for name, field in zip(t.column_names, t.schema, strict=True):
+        col = t.column(name)
+        if col.null_count:
+            cols.append(col.take(pa.array(rows)))
+        elif pa.types.is_string(field.type):
+            codes, values = string_codes(col)
+            cols.append(expand_strings(values, codes[rows]))
+        else:
+            cols.append(pa.array(col.to_numpy()[rows], field.type))
+    return pa.Table.from_arrays(cols, schema=t.schema)
