@@ -17,7 +17,8 @@ phases).  Per phase, over its last ``PHASE_S - SETTLE_S`` seconds (the first
 * per class: aggregate goodput, per-flow mean, and **L:C** = L4S per-flow mean
   / Classic per-flow mean (paper 004 quotes it per class for one flow each:
   1:6 with DCTCP, 9:1 with BBRv2 as L4S, for DualPI2);
-* Jain's index over the flows' mean goodputs; utilisation = sum of goodputs
+* Jain's index over the flows' mean goodputs, and the smallest share of the
+  fair share any flow got ("min share", with the flow's name); utilisation = sum of goodputs
   (+ 52 bytes of TCP/IP headers per 1448-byte segment) / link rate;
 * per queue (L, C): sojourn time in DualPI2 from linkemu's per-class
   intervals: mean weighted by packets, p90 = mean of the per-interval p90s,
@@ -330,6 +331,15 @@ def _f(x: float, nd: int = 1) -> str:
     return "-" if x != x else f"{x:.{nd}f}"
 
 
+def min_share_text(p: PhaseResult) -> str:
+    """The flow furthest below its fair share: its goodput / fair share, and its name."""
+    vals = [(v / p.fair_mbps, n) for n, v in p.flow_mbps.items() if v == v and p.fair_mbps > 0]
+    if not vals:
+        return "-"
+    share, name = min(vals)
+    return f"{share:.2f} ({name})"
+
+
 def ratio_text(r: float) -> str:
     """L:C as the paper writes it: 1:6 (Classic larger) or 4:1 (L4S larger)."""
     if r != r or r <= 0:
@@ -369,14 +379,15 @@ def markdown(results: Sequence[RunResult]) -> str:
     lines = ["#### Whole runs (linkemu's per-class statistics)", "", *whole_run_table(results), ""]
     for r in results:
         lines += [f"#### {r.scenario}", "",
-                  "| phase (s) | L-C flows | L4S per flow | Classic per flow | L:C | Jain | util. "
+                  "| phase (s) | L-C flows | L4S per flow | Classic per flow | L:C | Jain | min share | util. "
                   "| L delay mean / p90 / max (ms) | C delay mean / p90 / max (ms) | L marks | C marks / drops |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for p in r.phases:
             dl, dc = p.delay_ms.get("L4S", {}), p.delay_ms.get("Classic", {})
             lines.append(
                 f"| {p.start_s:.0f}-{p.end_s:.0f} | {p.label} | {_f(p.per_flow_mbps['L4S'])} | "
                 f"{_f(p.per_flow_mbps['Classic'])} | {ratio_text(p.lc_ratio)} | {_f(p.jain, 2)} | "
+                f"{min_share_text(p)} | "
                 f"{_f(100 * p.utilisation, 0)} % | {_f(dl.get('mean', math.nan), 2)} / "
                 f"{_f(dl.get('p90', math.nan), 2)} / {_f(dl.get('max', math.nan), 1)} | "
                 f"{_f(dc.get('mean', math.nan), 2)} / {_f(dc.get('p90', math.nan), 2)} / "
