@@ -251,7 +251,8 @@ class Controller:
         self._ravg[slots] = np.where(np.isnan(prev), r_m, prev + a * (r_m - prev))
         # post-switch evaluation: only flows with a switch under evaluation
         find = _RowFinder(ids)
-        evaluating = [f for f in g.busy() if g.flows[f].evaluation is not None]
+        busy = g.busy()
+        evaluating = [f for f in busy if g.flows[f].evaluation is not None]
         for i in find.rows(evaluating, mask):
             fid = int(ids[i])
             v = g.observe(fid, ccas[i], float(rew[i]))
@@ -269,7 +270,7 @@ class Controller:
         log_all = self.cfg.log["all_decisions"] or log.isEnabledFor(logging.DEBUG)
         reverting = {r[0] for r in out}
         # fast path: the policy prefers the current CCA and the guard has nothing going on for the flow
-        special = g.busy()
+        special = {f for f in busy if g.is_busy(f)} if evaluating else busy
         col_of = {acts[j]: k for k, j in enumerate(keep_cols)}
         if keep_cols and len(managed_rows):
             q_allowed = np.nan_to_num(scores.values[np.ix_(managed_rows, keep_cols)], nan=-np.inf)
@@ -288,27 +289,32 @@ class Controller:
             extra = [f for f in special if f in self._last_fast] + [
                 f for f in props if f in self._last_fast and f not in special]
             todo = managed_rows[~fast].tolist() + find.rows(extra)
-        for i in todo:
-            fid = int(ids[i])
+        # the slow path, with every per-row value fetched as Python objects in one go
+        t = np.asarray(todo, dtype=np.int64)
+        fids, curs = ids[t].tolist(), [names[c] for c in codes[t].tolist()]
+        qrows = scores.values[t].tolist()
+        thr_l, jain_l, rew_l = fair.thratio[t].tolist(), fair.jain[t].tolist(), rew[t].tolist()
+        for k, fid in enumerate(fids):
             if fid in reverting:
                 continue
             self._last_fast.discard(fid)
-            q = scores.values[i]
-            sc = {acts[j]: float(q[j]) for j in keep_cols}
+            cur, q = curs[k], qrows[k]
             p = props.get(fid)
-            v = g.explore(fid, ccas[i], p.to, p.reason) if p is not None else g.decide(fid, ccas[i], sc)
-            qd = {a_: float(q[j]) for j, a_ in enumerate(acts)}
-            rec = {"ts": now, "flow": fid, "from": ccas[i], "to": v.to, "action": v.action, "reason": v.reason,
-                   "q": qd, "thratio": float(fair.thratio[i]), "jain": float(fair.jain[i]),
-                   "reward": float(rew[i]), "policy": self.decider.kind}
+            if p is not None:
+                v = g.explore(fid, cur, p.to, p.reason)
+            else:
+                v = g.decide(fid, cur, {acts[j]: q[j] for j in keep_cols})
+            rec = {"ts": now, "flow": fid, "from": cur, "to": v.to, "action": v.action, "reason": v.reason,
+                   "q": dict(zip(acts, q, strict=True)), "thratio": thr_l[k], "jain": jain_l[k],
+                   "reward": rew_l[k], "policy": self.decider.kind}
             self.last_decision[fid] = rec
             if v.action == "switch":
                 if self.observe_only:
                     rec["verdict"] = "observe-only"
                     self._log_decision(rec, logging.INFO)
                 else:
-                    out.append((fid, v.to, ccas[i], v, rec))
-            elif v.best and v.best != ccas[i] and not v.reason.startswith("pinned"):
+                    out.append((fid, v.to, cur, v, rec))
+            elif v.best and v.best != cur and not v.reason.startswith("pinned"):
                 rec["verdict"] = "blocked"
                 quiet = "margin" in v.reason or p is not None  # repeated on every decision until it goes
                 self._log_decision(rec, logging.DEBUG if quiet else logging.INFO)

@@ -136,14 +136,14 @@ class Guard:
         :meth:`from_state`), so only flows handled since the last call need a look:
         the cost follows the busy flows, not all flows.
         """
-        out = set()
-        for f in list(self._touched):
-            fg = self.flows.get(f)
-            if fg is not None and (fg.pin is not None or fg.streak or fg.evaluation is not None or fg.holdoff):
-                out.add(f)
-            else:
-                self._touched.discard(f)
+        out = {f for f in self._touched if self.is_busy(f)}
+        self._touched = set(out)
         return out
+
+    def is_busy(self, flow: int) -> bool:
+        fg = self.flows.get(flow)
+        return fg is not None and (fg.pin is not None or bool(fg.streak) or fg.evaluation is not None
+                                   or bool(fg.holdoff))
 
     def age(self, flow: int) -> float:
         fg = self.flows.get(flow)
