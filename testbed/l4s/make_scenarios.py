@@ -59,6 +59,8 @@ DUALPI2 = {  # Linux sch_dualpi2 defaults (RFC 9332 Appendix A), all named; l_mi
 DYN_PHASES = ((1, 1), (4, 1), (4, 4), (1, 4))
 """(L4S flows, Classic flows) per 20 s phase: paper 004 fig. 3 scaled."""
 RTTMIX_PHASES = (1, 2, 3, 1)
+K_VARIANTS = (4.0,)
+"""Coupling factors tried besides RFC 9332's k = 2 (cubic vs prague, dyn template)."""
 """Flows per class-RTT pair per 20 s phase: paper 004 fig. 4 scaled."""
 
 
@@ -83,9 +85,10 @@ def lifetimes(counts: tuple[int, ...]) -> list[tuple[float, float]]:
     return out
 
 
-def qdisc_toml() -> str:
+def qdisc_toml(coupling: float | None = None) -> str:
     parts = []
-    for k, v in DUALPI2.items():
+    params = DUALPI2 | ({"k": coupling} if coupling is not None else {})
+    for k, v in params.items():
         if isinstance(v, bool):
             s = "true" if v else "false"
         elif isinstance(v, str):
@@ -100,7 +103,7 @@ def qdisc_toml() -> str:
 
 def scenario(name: str, description: str, header: str, groups: list[Group], *, daemon_clients: tuple[int, ...] = (),
              client_delay_ms: list[float] | None = None, duration_s: float | None = None,
-             tshark: bool = False) -> str:
+             tshark: bool = False, k: float | None = None) -> str:
     n_phases = len(groups[0].counts)
     duration = duration_s if duration_s is not None else n_phases * PHASE_S
     clients = max(g.client for g in groups)
@@ -120,7 +123,7 @@ def scenario(name: str, description: str, header: str, groups: list[Group], *, d
         lines.append("client_delay_ms = [" + ", ".join(f"{d:g}" for d in client_delay_ms) + "]"
                      "   # extra delay on each client's ACKs")
     lines += ["", "[link.uplink]", f"rate_mbit = {RATE_MBIT:g}", f"delay_ms = {BASE_ONE_WAY_MS:g}",
-              f"qdisc = {qdisc_toml()}", "",
+              f"qdisc = {qdisc_toml(k)}", "",
               "[link.downlink]               # ACKs: not the bottleneck", f"rate_mbit = {RATE_MBIT:g}",
               f"delay_ms = {BASE_ONE_WAY_MS:g}", 'qdisc = { kind = "pfifo", limit_pkts = 1000 }']
     for g in groups:
@@ -159,6 +162,13 @@ def all_scenarios() -> dict[str, str]:
                 f"# clients 2/4: prague at 5/40 ms.  docs/l4s.md \"## Experiments\".")
         out[name] = scenario(name, f"{cca} vs prague through DualPI2, 5/40 ms RTT mix, {mix} flows per pair",
                              head, groups, client_delay_ms=[0.0, 0.0, LONG_RTT_EXTRA_MS, LONG_RTT_EXTRA_MS])
+    for k in K_VARIANTS:  # paper 000: k sets the L4S:Classic ratio
+        groups = [Group(1, "C", "cubic", dyn_c), Group(2, "L", L4S_CCA, dyn_l)]
+        name = f"l4s-dyn-cubic-vs-prague-k{k:g}"
+        head = (f"# As l4s-dyn-cubic-vs-prague, with DualPI2's coupling factor k = {k:g} instead of 2\n"
+                f"# (paper 000: k sets the L4S:Classic rate ratio).  docs/l4s.md \"## Experiments\".")
+        out[name] = scenario(name, f"cubic vs prague through DualPI2 with k = {k:g}, L4S-Classic flows {counts}",
+                             head, groups, k=k)
     name = "l4s-pair-cubic-vs-prague-15s"
     head = ("# One cubic and one prague flow through DualPI2 for 15 s (tests/test_l4s.py): the L queue's\n"
             "# sojourn must stay below the C queue's.")

@@ -34,6 +34,7 @@ DEFAULT_SET = (
     "l4s-dyn-cubic-vs-prague", "l4s-dyn-bbr-vs-prague", "l4s-dyn-pcc-vs-prague",
     "l4s-rttmix-cubic-vs-prague", "l4s-rttmix-bbr-vs-prague", "l4s-rttmix-pcc-vs-prague",
     "l4s-dyn-cubic-vs-prague-daemon", "l4s-dyn-bbr-vs-prague-daemon", "l4s-dyn-pcc-vs-prague-daemon",
+    "l4s-dyn-cubic-vs-prague-k4",
 )
 
 
