@@ -128,7 +128,8 @@ class SyntheticPlane:
 def tick_cost(n: int, ticks: int, noise: float) -> dict[str, float]:
     """noise 1: contested (random metrics every tick: most flows want another CCA every decision);
     noise 0.05: steady (after a warm-up in which the guard settles every flow)."""
-    cfg = parse_config({"policy": {"decision_interval_s": 0.2}, "flows": {"min_age_s": 0.0},
+    policy_file = str(Path(__file__).resolve().parents[1] / "models" / "policy.json")  # the same for --compare
+    cfg = parse_config({"policy": {"decision_interval_s": 0.2, "file": policy_file}, "flows": {"min_age_s": 0.0},
                         "guard": {"min_dwell_s": 0.0, "eval_window_s": 0.0, "consecutive": 1}})
     dec, _ = build_decider(dict(cfg.policy))
     plane = SyntheticPlane(n, noise=noise)

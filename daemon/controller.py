@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from collections import deque
@@ -377,15 +378,15 @@ class Controller:
             results = self.dp.switch_many([(fid, to, self.inherit) for fid, to, _, _, _ in requests])
         except ValueError as e:  # e.g. a CCA vanished between the check and the switch
             results = [SwitchResult(fid, to, self.inherit, ok=False, error=str(e)) for fid, to, _, _, _ in requests]
-        for (fid, to, prev, v, rec), res in zip(requests, results, strict=True):
+        slots = self._flows.lookup(np.array([r[0] for r in requests], dtype=np.uint64))
+        befores = np.where(slots >= 0, self._ravg[np.maximum(slots, 0)], np.nan).tolist()
+        for (fid, to, prev, v, rec), res, before in zip(requests, results, befores, strict=True):
             kind = "revert" if v.action == "revert" else "policy"
             explored = kind == "policy" and fid in self._props
             if explored and self.explorer is not None:
                 self.explorer.applied(fid, to, res.ok)
             if res.ok:
-                slot = int(self._flows.lookup(np.array([fid], dtype=np.uint64))[0])
-                before = float(self._ravg[slot]) if slot >= 0 and not np.isnan(self._ravg[slot]) else None
-                self.guard.applied(fid, prev, to, kind, before=before)
+                self.guard.applied(fid, prev, to, kind, before=None if math.isnan(before) else before)
                 rec["verdict"] = "applied"
                 if kind == "revert":
                     self.stats.reverts += 1
