@@ -209,3 +209,50 @@ def test_default_env_replays_the_shipped_sample() -> None:
         if term or trunc:
             break
     assert n >= 5
+
+
+def _flow_table(ids: list[int], tick: int) -> object:
+    """FlowSample rows for flows *ids* (values depend on flow and tick), two hosts."""
+    import pyarrow as pa
+
+    from ccswitch.schema import FLOW_SAMPLE_SCHEMA
+
+    n = len(ids)
+    f = np.asarray(ids, dtype=np.float64)
+    cols: dict[str, object] = {fld.name: np.zeros(n) for fld in FLOW_SAMPLE_SCHEMA}
+    cols.update(ts_s=np.full(n, 1.7e9 + tick), interval_s=np.ones(n), flow_id=np.asarray(ids, np.uint64),
+                netns_cookie=(np.asarray(ids) % 2).astype(np.uint64), cgroup_id=np.zeros(n, np.uint64),
+                src=["10.0.0.1"] * n, dst=["10.0.0.2"] * n, sport=np.asarray(ids, np.uint16),
+                dport=np.full(n, 443, np.uint16), cca=[("cubic", "bbr", "pcc", "reno")[i % 4] for i in ids],
+                throughput_bps=1e6 * (f + tick), sending_rate_bps=1.1e6 * (f + tick), rtt_us=1e3 * (f + 2 * tick),
+                min_rtt_us=np.full(n, 500.0), loss_rate=0.001 * f, jitter_us=10.0 * f,
+                sndq_bytes=np.full(n, 1000, np.uint32))
+    cols["rtt_ratio"] = cols["rtt_us"] / 500.0  # type: ignore[operator]
+    return pa.Table.from_arrays([pa.array(cols[fld.name], type=fld.type) for fld in FLOW_SAMPLE_SCHEMA],
+                                schema=FLOW_SAMPLE_SCHEMA)
+
+
+def test_observation_builder_same_flows_fast_path_matches_lookup() -> None:
+    """Tables listing the same flows in the same order reuse the last slots (no per-flow lookup);
+    the result equals a builder fed the rows in another order every tick (per-flow lookup), a flow
+    that leaves and comes back after forget_after ticks starts a fresh window, and the CCA one-hot
+    comes from pyarrow (update) exactly as from names (update_arrays)."""
+    norm = Normalisation.fit(np.random.default_rng(0).normal(size=(50, 6)))
+    fast, slow, named = (ObservationBuilder(norm, forget_after=2) for _ in range(3))
+    flows = [1, 2, 3, 4, 5]
+    for tick in range(40):
+        present = flows if not 10 <= tick < 30 else flows[:3]  # flows 4, 5 away for 20 ticks (expired)
+        t = _flow_table(present, tick)
+        ids_f, obs_f = fast.update(t)
+        perm = list(reversed(range(len(present)))) if tick % 2 else list(range(len(present)))
+        ids_s, obs_s = slow.update(t.take(perm))
+        order = np.argsort(ids_s)
+        assert list(ids_f) == present and list(ids_s[order]) == present
+        assert obs_f == pytest.approx(obs_s[order], abs=0)
+        cols = {c: t.column(c).to_numpy(zero_copy_only=False) for c in t.column_names}
+        _, obs_n = named.update_arrays(cols, t.column("cca").to_pylist())
+        assert obs_n == pytest.approx(obs_f, abs=0)
+        if tick == 30:  # flow 4 is back: its window is its first sample repeated
+            w = obs_f[3, :24].reshape(4, 6)
+            assert (w == w[-1]).all()
+    assert list(obs_f[3, 24:27]) == [1.0, 0.0, 0.0] and list(obs_f[2, 24:27]) == [0.0, 0.0, 0.0]  # reno: none
