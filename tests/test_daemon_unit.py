@@ -494,3 +494,18 @@ def test_flow_selector_ports_and_prefixes() -> None:
         [("10.0.0.5", 5201), ("10.0.1.5", 5201), ("fd00::1", 5201), ("10.0.0.9", 22), ("10.0.0.5", 5201)])])
     assert FlowSelector(cfg).select(t).tolist() == [True, False, True, False, True]
     assert FlowSelector(defaults().flows).select(t).all()
+
+
+def test_controller_queries_after_a_decision() -> None:
+    """status, flows and explain on the fake plane: the per-row lookups behind the CLI."""
+    plane = FakePlane({1: "cubic", 2: "bbr"}, {"cubic": 12.0, "bbr": 46.0, "pcc": 30.0})
+    ctl, clock = _controller(plane, {"kind": "heuristic", "explore": False}, EXPLORE_GUARD)
+    _run(ctl, clock, 3)
+    st = ctl.status()
+    assert st["flows"] == 2 and st["managed"] == 2 and st["flows_per_cca"] == {"cubic": 1, "bbr": 1}
+    rows = {r["flow_id"]: r for r in ctl.flows()}
+    assert rows[1]["managed"] and set(rows[1]["q"]) == {"cubic", "bbr", "pcc"} and rows[1]["thratio"] < 1
+    ex = ctl.explain_flow(2)
+    assert ex["cca"] == "bbr" and ex["q"]["bbr"] == pytest.approx(1.0) and ex["guard"]["action"] == "keep"
+    with pytest.raises(ValueError, match="not found"):
+        ctl.explain_flow(99)
