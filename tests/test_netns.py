@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -240,6 +241,13 @@ def test_teardown_removes_everything() -> None:
         names = bn.namespaces
         assert len(names) == 2
         sleeper = tbnetns.popen_in(bn.receiver, ["sleep", "60"])
+        # teardown kills what runs in the namespace: wait until the sleeper is in it
+        # (nsenter may still be starting on a loaded machine), else it races the kill
+        deadline = time.monotonic() + 10
+        while str(sleeper.pid) not in subprocess.run(["ip", "netns", "pids", bn.receiver],
+                                                     capture_output=True, text=True).stdout.split():
+            assert time.monotonic() < deadline, "sleeper never entered the namespace"
+            time.sleep(0.05)
     _assert_gone(names)
     assert sleeper.wait(timeout=5) != 0  # killed by the teardown
 
