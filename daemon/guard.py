@@ -136,7 +136,9 @@ class Guard:
         :meth:`from_state`), so only flows handled since the last call need a look:
         the cost follows the busy flows, not all flows.
         """
-        out = {f for f in self._touched if self.is_busy(f)}
+        flows = self.flows
+        out = {f for f in self._touched if (fg := flows.get(f)) is not None and (
+            fg.pin is not None or fg.streak or fg.evaluation is not None or fg.holdoff)}
         self._touched = set(out)
         return out
 
