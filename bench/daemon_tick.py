@@ -237,6 +237,7 @@ def daemon_run(policy: str, flows: int, seconds: float, settle: float = 2.0, eve
                 d.wait(20)
     finally:
         delete_netns(ns)
+        shutil.rmtree(tmp, ignore_errors=True)
     return {"cpu_share": cpu, "rss_mb": rss}
 
 
