@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -165,6 +166,7 @@ def run(rate: float = 1000, seconds: float = 60, quiet: bool = False, every_tick
         except subprocess.TimeoutExpired:
             daemon.kill()
         delete_netns(ns)
+        shutil.rmtree(tmp, ignore_errors=True)
     if not quiet:
         for k, v in res.items():
             print(f"{k:>16}: {v:.2f}" if isinstance(v, float) else f"{k:>16}: {v}")
