@@ -78,7 +78,8 @@
  * retransmission) enters the regression; it sees the queue the burst met.
  * On paths with a min RTT below 512 us (tcp_tso_rtt_log, e.g. veth) the
  * kernel builds bursts of up to 64 KB, limited only by cwnd - inflight,
- * which is why cwnd is kept close to what the rate needs (below).
+ * which is why cwnd is bounded by what the rate needs (below): at such
+ * RTTs 2 * rate * srtt is small next to the 1 ms of data added to it.
  *
  * MI length: max(srtt, 10 ms, 10 packets, ~8 RTT samples), at most 1 s,
  * the samples counted in bursts of the size observed in recent MIs.  The
