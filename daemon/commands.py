@@ -74,11 +74,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
                f"allowed: {' '.join(st['allowed'])}, pcc: {st['pcc']}")
     click.echo(f"tick time ms: last {st['tick_ms_last']:.2f}, mean {st['tick_ms_mean']:.2f}, p50 "
                f"{st['tick_ms_p50']:.2f}, p99 {st['tick_ms_p99']:.2f}, max {st['tick_ms_max']:.2f} "
-               f"over {st['ticks']} ticks")
+               f"over {st['ticks']} ticks that read the monitor ({st.get('idle_ticks', 0)} did not)")
     per = ", ".join(f"{k} {v}" for k, v in sorted(st["flows_per_cca"].items())) or "none"
     click.echo(f"flows: {st['flows']} ({per}); managed {st['managed']}, pinned {st['pinned']}")
-    click.echo(f"decisions {st['decisions']}, switches {st['switches']}, reverts {st['reverts']}, manual "
-               f"{st['manual']}, failed {st['failed']}")
+    click.echo(f"decisions {st['decisions']}, switches {st['switches']} (explore {st.get('explores', 0)}), reverts "
+               f"{st['reverts']}, manual {st['manual']}, failed {st['failed']}")
     for u in st.get("unfairness", []):
         click.echo(f"path {u['path']}: {u['flows']} flows, Jain {u['jain']:.3f}, Thratio "
                    f"{u['thratio_min']:.2f} .. {u['thratio_max']:.2f}")
