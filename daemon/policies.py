@@ -10,7 +10,7 @@
                 live, a flow only shows the one it runs, so each candidate is
                 scored on the flow's own most recent interval under that CCA
                 (within policy.heuristic_memory_s), else on the mean of the
-                flows of the same path running it now, else it is unscored
+                active flows of the same path running it now, else it is unscored
                 (NaN: the guard does not consider it).  Exploration
                 (explore.py, policy.explore) measures the unscored ones: it
                 tries each for an evaluation window, then picks by score.
@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from ccswitch.daemon.flowindex import FlowIndex, string_codes
 from ccswitch.daemon.observations import LiveObservations
-from ccswitch.envs.features import ACTIONS, BASE_COLUMNS, feature_names
+from ccswitch.envs.features import ACTIONS, BASE_COLUMNS, feature_names, is_active
 from ccswitch.envs.reward import EVAL_WEIGHTS
 from ccswitch.models.policy import DEFAULT_POLICY, Policy, PolicyError, load_policy
 
@@ -134,9 +134,11 @@ class HeuristicDecider(Decider):
         mem = self._mem[slots].copy()  # [N, A, 4]
         stale = ~(now - mem[..., 3] <= self.memory_s)
         mem[stale] = np.nan
-        # path-level fallback: the mean over flows of the same group running each CCA now
+        # path-level fallback: the mean over active flows of the same group running each CCA now (an
+        # idle connection, e.g. iperf3's control connection, says nothing about what its CCA achieves)
+        active = is_active(table.column("throughput_bps").to_numpy(), table.column("sndq_bytes").to_numpy())
         for j in range(a):
-            on = known & (cca == j)
+            on = known & (cca == j) & active
             if not on.any():
                 continue
             g = np.bincount(group[on], minlength=group.max() + 1 if n else 0)

@@ -272,6 +272,10 @@ def test_heuristic_scores_only_what_it_has_seen() -> None:
     t2 = _table([{"flow_id": 1, "dst": "a", "throughput_bps": 5e6, "rtt_us": 10e3, "cca": "bbr"}])
     s2 = h.scores(t2, np.zeros(1, dtype=np.int64), now=20.0)
     assert np.isnan(s2.values[0, 0]) and s2.values[0, 1] == pytest.approx(1.0)
+    # an idle connection on the path (iperf3's control connection on pcc) is no measurement of pcc
+    t3 = _table([{"flow_id": 3, "dst": "a", "throughput_bps": 20e6, "rtt_us": 10e3, "cca": "cubic"},
+                 {"flow_id": 4, "dst": "a", "throughput_bps": 1e3, "sndq_bytes": 0, "cca": "pcc"}])
+    assert np.isnan(h.scores(t3, np.zeros(2, dtype=np.int64), now=30.0).values[0, 2])
 
 
 def test_recorder_refuses_an_existing_record_and_writes_readable_files(tmp_path: Path) -> None:
