@@ -233,9 +233,9 @@ def report(results: Path, doc: Path, plots_dir: Path | None = None, notes: str =
               "```sh",
               "# every fair-*.toml and default.toml, without the daemon and with it (DQN); ~50 s per run",
               ".venv/bin/python -m ccswitch.testbed.experiments run --arms static,dqn --out results/daemon",
-              "# further arms: heuristic, daemon-static-bbr (policy static, every flow on BBR), ...",
-              ".venv/bin/python -m ccswitch.testbed.experiments run --arms heuristic,daemon-static-bbr "
-              "--out results/daemon",
+              "# further arms: heuristic, daemon-static-pcc / -bbr (policy static, every flow on PCC / BBR)",
+              ".venv/bin/python -m ccswitch.testbed.experiments run "
+              "--arms heuristic,daemon-static-pcc,daemon-static-bbr --out results/daemon",
               ".venv/bin/python -m ccswitch.testbed.experiments report --results results/daemon "
               "--notes docs/daemon/notes.md   # this page", "```", "",
               "Each run folder (`results/daemon/<scenario>/<arm>/run-01-seed-1/`) has `table.md` (the result "
