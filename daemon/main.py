@@ -51,7 +51,6 @@ from ccswitch.daemon.sdnotify import Notifier  # noqa: E402
 
 log = logging.getLogger("ccswitchd")
 MAX_TICK_ERRORS = 10
-PCC_CHECK_EVERY_S = 1.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -202,13 +201,15 @@ class Daemon:
         sel.register(wake, selectors.EVENT_READ, "wake")
         errors = 0
         next_tick = time.monotonic() + ctl.tick_s
-        next_pcc = time.monotonic() + PCC_CHECK_EVERY_S
         while not self.stop:
             if self.reload:
                 self.reload = False
                 self._reload(ctl)
             now = time.monotonic()
             if now >= next_tick:
+                # before deciding: a PCC whose registrar exited must not look
+                # unavailable to this tick's decision (one /proc read per tick)
+                self._check_pcc()
                 try:
                     ctl.tick()
                     errors = 0
@@ -221,9 +222,6 @@ class Daemon:
                 next_tick += ctl.tick_s
                 if next_tick < time.monotonic():  # overran: skip, do not burst
                     next_tick = time.monotonic() + ctl.tick_s
-                if now >= next_pcc:
-                    next_pcc = now + PCC_CHECK_EVERY_S
-                    self._check_pcc()
                 continue
             for key, _ in sel.select(max(0.0, next_tick - now)):
                 if key.data == "server":
