@@ -44,7 +44,7 @@ def _take(records: np.ndarray, index: np.ndarray) -> np.ndarray:
     return rows[index].view(records.dtype)
 
 
-def _expand_strings(names: list[str], index: np.ndarray) -> pa.Array:
+def expand_strings(names: list[str], index: np.ndarray) -> pa.Array:
     """names[index] as a string array, gathered from the names' bytes with numpy.
 
     (A DictionaryArray.cast(pa.string()) does the same but loads pyarrow.compute and Arrow's
@@ -125,13 +125,13 @@ class Sampler:
         # few distinct addresses: format each once, expand with numpy
         keys = np.ascontiguousarray(c[field]).view(np.dtype((np.void, 16))).ravel()
         _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        return _expand_strings([_fmt_addr(int(c["family"][i]), c[field][i]) for i in first], inverse)
+        return expand_strings([_fmt_addr(int(c["family"][i]), c[field][i]) for i in first], inverse)
 
     @staticmethod
     def _cca_names(c: np.ndarray) -> pa.Array:
         # a handful of distinct names: decode each once, expand with numpy
         uniq, inverse = np.unique(c["cca"], return_inverse=True)
-        return _expand_strings([u.decode() for u in uniq.tolist()], inverse)
+        return expand_strings([u.decode() for u in uniq.tolist()], inverse)
 
     @staticmethod
     def _ecn_modes(c: np.ndarray) -> np.ndarray:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ccswitch.sampler import expand_strings
+
 
 class FlowIndex:
     def __init__(self) -> None:
@@ -130,21 +132,6 @@ def _string_codes(arr: pa.Array) -> tuple[np.ndarray, list[str]]:
     _, first, codes = np.unique(keys, return_index=True, return_inverse=True)
     values = [bytes(data[off[i]:off[i] + lens[i]]).decode() for i in first.tolist()]
     return codes.astype(np.int64).ravel(), values
-
-
-def expand_strings(values: list[str], codes: np.ndarray) -> pa.Array:
-    """values[codes] as a string array, gathered from the values' bytes with numpy (no Arrow compute)."""
-    enc = [v.encode() for v in values]
-    lens = np.array([len(b) for b in enc], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64) if len(enc) else lens
-    blob = np.frombuffer(b"".join(enc) or b"\0", dtype=np.uint8)
-    idx = np.asarray(codes, dtype=np.intp).ravel()
-    row_lens = lens[idx] if len(idx) else np.empty(0, dtype=np.int64)
-    offsets = np.zeros(len(idx) + 1, dtype=np.int64)
-    np.cumsum(row_lens, out=offsets[1:])
-    pos = np.repeat(starts[idx] - offsets[:-1], row_lens) + np.arange(offsets[-1])
-    return pa.StringArray.from_buffers(len(idx), pa.py_buffer(offsets.astype(np.int32)),
-                                       pa.py_buffer(blob[pos].tobytes()))
 
 
 def take_rows(t: pa.Table, rows: np.ndarray) -> pa.Table:

@@ -30,6 +30,7 @@ from ccswitch.envs.features import (
     base_features,
     competition_features,
     is_active,
+    push_window,
 )
 
 EXPIRE_EVERY = 16  # as ObservationBuilder._expire
@@ -62,12 +63,7 @@ class LiveObservations:
             grow = max(self._index.size, 2 * len(self._buf)) - len(self._buf)
             self._buf = np.concatenate([self._buf, np.zeros((grow, *self._buf.shape[1:]))])
             self._last_seen = np.concatenate([self._last_seen, np.zeros(grow, dtype=np.int64)])
-        raw = base_features(cols)
-        buf = self._buf
-        old = ~new
-        buf[slots[old], :-1] = buf[slots[old], 1:]
-        buf[slots[old], -1] = raw[old]
-        buf[slots[new]] = raw[new][:, None, :]
+        buf = push_window(self._buf, slots, new, base_features(cols))
         self._last_seen[slots] = self._tick
         lut = np.array([self._action_of.get(v, -1) for v in cca_values] or [-1], dtype=np.int64)
         cca_idx = lut[np.asarray(cca_codes, dtype=np.int64)] if len(ids) else np.empty(0, dtype=np.int64)

@@ -161,6 +161,16 @@ class Normalisation:
                 "features": [n for n, _ in BASE_FEATURES]}
 
 
+def push_window(buf: np.ndarray, slots: np.ndarray, new: np.ndarray, raw: np.ndarray) -> np.ndarray:
+    """Shift each known flow's window (buf[slot], oldest first) by one interval and append its
+    raw features; a new flow's window starts filled with its first interval.  Returns buf."""
+    old = ~new
+    buf[slots[old], :-1] = buf[slots[old], 1:]
+    buf[slots[old], -1] = raw[old]
+    buf[slots[new]] = raw[new][:, None, :]
+    return buf
+
+
 def assemble(window_raw: np.ndarray, cca_index: np.ndarray, context: np.ndarray,
              norm: Normalisation, n_actions: int = len(ACTIONS)) -> np.ndarray:
     """Observations [N, OBS_DIM] float32 from raw windows [N, W, 6], CCA indices [N]
@@ -243,12 +253,7 @@ class ObservationBuilder:
         else:
             slots, new = self._slots(ids.tolist())
         self._prev_ids, self._prev_slots = ids, slots
-        raw = base_features(cols)
-        buf = self._buf
-        old = ~new
-        buf[slots[old], :-1] = buf[slots[old], 1:]
-        buf[slots[old], -1] = raw[old]
-        buf[slots[new]] = raw[new][:, None, :]
+        buf = push_window(self._buf, slots, new, base_features(cols))
         self._last_seen[slots] = self._tick
         thr = np.asarray(cols["throughput_bps"], dtype=np.float64)
         ctx = competition_features(thr, np.asarray(cols["netns_cookie"]), is_active(thr, cols["sndq_bytes"]))
