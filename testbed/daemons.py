@@ -73,6 +73,8 @@ def daemon_config(settings: DaemonSettings, flows: Sequence[Flow]) -> dict[str, 
     policy: dict[str, Any] = {"kind": settings.policy}
     if settings.policy == "static":
         policy["static_cca"] = settings.cca
+    if settings.policy_file is not None:
+        policy["file"] = str(settings.policy_file)
     cfg: dict[str, Any] = {
         "daemon": {"tick_s": settings.tick_s, "inherit": settings.inherit, "watchdog": False},
         "policy": policy,

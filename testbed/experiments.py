@@ -45,19 +45,28 @@ def scenario_files() -> list[Path]:
     return [SCENARIOS / "default.toml", *sorted(SCENARIOS.glob("fair-*.toml"))]
 
 
-def arm_scenario(sc: Scenario, arm: str) -> Scenario:
-    """*sc* for one arm: no daemon (static), or its [daemon] table with the arm's policy."""
+def arm_scenario(sc: Scenario, arm: str, policy_file: Path | None = None) -> Scenario:
+    """*sc* for one arm: no daemon (static), or its [daemon] table with the arm's policy.
+
+    *policy_file* replaces the dqn arm's policy (a candidate, without touching
+    models/policy.json)."""
     if arm == "static":
         return replace(sc, daemon=None)
     base = sc.daemon or DaemonSettings()
     if arm.startswith("daemon-static-"):
-        return replace(sc, daemon=replace(base, policy="static", cca=arm.removeprefix("daemon-static-")))
-    return replace(sc, daemon=replace(base, policy=arm, cca=None))
+        return replace(sc, daemon=replace(base, policy="static", cca=arm.removeprefix("daemon-static-"),
+                                          policy_file=None))
+    if arm == "dqn" and policy_file is not None:
+        return replace(sc, daemon=replace(base, policy=arm, cca=None, policy_file=policy_file.resolve()))
+    return replace(sc, daemon=replace(base, policy=arm, cca=None, policy_file=None))
 
 
-def run(files: Sequence[Path], arms: Sequence[str], out: Path, progress: bool = True) -> list[Path]:
+def run(files: Sequence[Path], arms: Sequence[str], out: Path, progress: bool = True,
+        policy_file: Path | None = None) -> list[Path]:
     from .runner import run_scenario
 
+    if policy_file is not None and not policy_file.is_file():
+        raise ValueError(f"--policy-file {policy_file}: no such file (give a policy exported by ccswitch train)")
     done = []
     for f in files:
         sc = load_scenario(f)
@@ -67,7 +76,7 @@ def run(files: Sequence[Path], arms: Sequence[str], out: Path, progress: bool = 
                 print(f"skip {dest} (already there; delete it to run again)", file=sys.stderr)
                 done.append(dest)
                 continue
-            run_scenario(arm_scenario(sc, arm), dest, progress=progress, plots=True)
+            run_scenario(arm_scenario(sc, arm, policy_file), dest, progress=progress, plots=True)
             done.append(dest)
     return done
 
@@ -256,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     r.add_argument("--arms", default=",".join(DEFAULT_ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
     r.add_argument("--out", type=Path, default=DEFAULT_OUT)
     r.add_argument("--quiet", action="store_true")
+    r.add_argument("--policy-file", type=Path,
+                   help="the dqn arm runs this policy file (from ccswitch train) instead of models/policy.json")
     p = sub.add_parser("report", help="write docs/results-daemon.md from the run folders")
     p.add_argument("--results", type=Path, default=DEFAULT_OUT)
     p.add_argument("--doc", type=Path, default=DEFAULT_DOC)
@@ -270,7 +281,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             from ccswitch.dataplane import install_signal_handlers
 
             install_signal_handlers()
-            run(args.scenarios or scenario_files(), arms, args.out, progress=not args.quiet)
+            run(args.scenarios or scenario_files(), arms, args.out, progress=not args.quiet,
+                policy_file=args.policy_file)
         else:
             notes = args.notes.read_text() if args.notes else ""
             print(report(args.results, args.doc, notes=notes))

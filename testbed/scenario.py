@@ -53,6 +53,7 @@ A scenario is a TOML file (examples in ``testbed/scenarios/``)::
     tick_s = 0.2                         # the daemon's control tick
     inherit = "limited"                  # inheritance mode of its switches ("limited" or "full")
     cca = "cubic"                        # policy = "static": the CCA every managed flow is put on
+    policy_file = "my-policy.json"       # policy = "dqn": this policy file instead of the shipped one
     clients = [1, 2]                     # clients that run it (default: every client with a flow)
     guard = { min_dwell_s = 2.0 }        # overrides of the daemon's [guard] table (daemon/ defines
                                          # the keys; checked by the daemon's own config validator)
@@ -373,6 +374,8 @@ class DaemonSettings:
     """Clients running the daemon; empty: every client with a flow."""
     guard: tuple[tuple[str, Any], ...] = ()
     """Overrides of the daemon config's ``[guard]`` table, as (key, value) pairs."""
+    policy_file: Path | None = None
+    """``policy = "dqn"`` with this policy file instead of the shipped models/policy.json."""
 
     def runs_on(self, client: int) -> bool:
         return not self.clients or client in self.clients
@@ -813,7 +816,8 @@ def _switches(rows: list[Any], flows: Sequence[Flow], ccas: Sequence[str], err: 
     return sorted(out, key=lambda s: s.at_s)
 
 
-def _daemon(top: _Table, clients: int, ccas: Sequence[str], err: _Err) -> DaemonSettings | None:
+def _daemon(top: _Table, clients: int, ccas: Sequence[str], err: _Err,
+            base_dir: Path) -> DaemonSettings | None:
     """``daemon = true|false`` or a ``[daemon]`` table (the daemon on, with settings)."""
     raw = top.data.get("daemon", False)
     if isinstance(raw, bool):
@@ -849,11 +853,19 @@ def _daemon(top: _Table, clients: int, ccas: Sequence[str], err: _Err) -> Daemon
             if isinstance(v, dict | list):
                 err(gt.here(key), f"must be a number, boolean or string, got {_tname(v)}")
             guard.append((key, v))
+    policy_file = None
+    if (pf := t.string("policy_file")) is not None:
+        policy_file = (base_dir / pf).resolve()
+        if policy != "dqn":
+            err(t.here("policy_file"), f'only used with policy = "dqn" (policy is {policy!r}); remove it')
+        elif not policy_file.is_file():
+            err(t.here("policy_file"), f"no such file: {policy_file} (a path relative to the scenario file)")
     t.done()
     if not DAEMON_AVAILABLE:
         err("daemon", "the switching daemon is not available here; remove the [daemon] table")
     settings = DaemonSettings(policy=policy, tick_s=tick, inherit=inherit, cca=cca,
-                              clients=tuple(sorted(int(c) for c in on)), guard=tuple(guard))
+                              clients=tuple(sorted(int(c) for c in on)), guard=tuple(guard),
+                              policy_file=policy_file)
     from .daemons import check_settings  # the daemon's own config validator (daemon/config.py)
 
     for problem in check_settings(settings):  # "guard.margin: must be >= 0, got -1.0"
@@ -901,7 +913,7 @@ def parse_scenario(text: str, where: str = "scenario", *, base_dir: Path | None 
                      default=1)
     clients = int(top.integer("clients", max(1, max_client), lo=1, hi=MAX_CLIENTS) or 1)
 
-    daemon = _daemon(top, clients, ccas, err)
+    daemon = _daemon(top, clients, ccas, err, base_dir)
 
     repetitions = top.integer("repetitions", None, lo=1, hi=1000)
     seeds_raw = top.raw("seeds")

@@ -132,6 +132,10 @@ def test_codel_and_trace(tmp_path: Path) -> None:
      "must be >= 0"),
     (("[link.uplink]", "[daemon]\nguard = { dwell = 1 }\n[link.uplink]"), "daemon.guard.dwell",
      "unknown key"),
+    (("[link.uplink]", "[daemon]\npolicy = \"heuristic\"\npolicy_file = \"p.json\"\n[link.uplink]"),
+     "daemon.policy_file", "only used with policy = \"dqn\""),
+    (("[link.uplink]", "[daemon]\npolicy_file = \"no-such-policy.json\"\n[link.uplink]"),
+     "daemon.policy_file", "no such file"),
     (("name = \"two\"", "name = \"two\"\nseeds = [1, 2]\nrepetitions = 3"), "seeds", "repetitions = 3"),
     (("name = \"two\"", "name = \"two\"\nsample_interval_s = 0.01"), "sample_interval_s", "must be >= 0.1"),
     (("name = \"two\"", "name = \"two\"\nextra = 1"), "extra", "unknown field (expected one of:"),
@@ -225,6 +229,27 @@ def test_daemon_table_and_its_config() -> None:
     assert parsed.get("guard.min_dwell_s") == 2.5 and parsed.get("guard.consecutive") == 2
     assert parse(GOOD.replace("[link.uplink]", "daemon = true\n[link.uplink]")).daemon.policy == "dqn"
     assert parse(GOOD).daemon is None
+
+
+def test_daemon_policy_file_reaches_the_daemon_config(tmp_path: Path) -> None:
+    """A candidate policy (scenario policy_file, or experiments --policy-file) becomes policy.file
+    of every daemon's config, resolved against the scenario's folder; other arms drop it."""
+    from ccswitch.daemon.config import parse_config
+    from ccswitch.testbed.daemons import daemon_config, toml_text
+    from ccswitch.testbed.experiments import arm_scenario
+
+    (tmp_path / "cand.json").write_text("{}")
+    (tmp_path / "s.toml").write_text(GOOD.replace("[link.uplink]", "[daemon]\npolicy_file = \"cand.json\"\n"
+                                                                   "[link.uplink]"))
+    sc = load_scenario(tmp_path / "s.toml", ccas=CCAS)
+    assert sc.daemon is not None and sc.daemon.policy_file == tmp_path / "cand.json"
+    cfg = daemon_config(sc.daemon, sc.flows_of(1))
+    assert parse_config(tomllib.loads(toml_text(cfg, "x"))).get("policy.file") == str(tmp_path / "cand.json")
+    other = tmp_path / "other.json"
+    assert arm_scenario(sc, "dqn", other).daemon.policy_file == other
+    assert arm_scenario(sc, "heuristic", other).daemon.policy_file is None
+    assert arm_scenario(sc, "daemon-static-pcc").daemon.policy_file is None
+    assert arm_scenario(sc, "static").daemon is None
 
 
 def test_rebin_daemon_ticks_onto_the_grid() -> None:
