@@ -157,6 +157,9 @@ KEYS: tuple[Key, ...] = (
         "throughput loss).", _ge(0.0)),
     Key("guard", "holdoff_s", 60.0, "After a revert, the reverted-from choice is not taken again for this long, s.",
         _ge(0.0)),
+    Key("guard", "return_holdoff_s", 0.0,
+        "Flap damping: after a confirmed policy switch, going back to the CCA it left is blocked this long, s "
+        "(0 = off).", _ge(0.0)),
     # -- flows
     Key("flows", "min_age_s", 2.0, "Flows younger than this are left alone, s.", _ge(0.0)),
     Key("flows", "cgroups", [],

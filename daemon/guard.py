@@ -17,7 +17,18 @@ or revert, with a reason.  Per flow, in this order:
 6. evaluating A switch is under post-switch evaluation: keep.
 7. dwell      Less than min_dwell_s since the flow's last switch: keep.
 8. cap        max_switches_per_min switches of this flow in the last 60 s: keep.
+9. damping    best is the CCA a confirmed policy switch left less than
+              return_holdoff_s ago: keep (flap damping; see below).
    Otherwise: switch to best.
+
+Flap damping: daemons on different hosts react to each other through the
+shared bottleneck.  Each flow's best CCA depends on what the others run, so
+two policies can chase each other (A leaves CUBIC for PCC, B's state changes,
+B leaves PCC, A's state changes, A goes back...): docs/results-daemon.md saw
+flows flip between CUBIC and PCC every 6-15 s.  Once a switch is confirmed by
+the post-switch evaluation, going back to the CCA it left is blocked for
+return_holdoff_s (only going back: a third CCA is still allowed, and a revert
+is the evaluation's business, not blocked).
 
 Post-switch evaluation (paper 002, Algorithm 1, step 8): every tick the
 controller feeds each flow's reward (envs/reward.py) to :meth:`Guard.observe`.
@@ -59,6 +70,7 @@ class GuardConfig:
     eval_window_s: float = 3.0
     revert_threshold: float = 0.1
     holdoff_s: float = 60.0
+    return_holdoff_s: float = 0.0
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> GuardConfig:
@@ -103,6 +115,7 @@ class FlowGuard:
     evaluation: Evaluation | None = None
     rewards: deque[tuple[float, float]] = field(default_factory=deque)  # (time, reward)
     changed_by_us: bool = False
+    left: tuple[str, float] | None = None  # (CCA a confirmed policy switch left, until when going back is damped)
 
 
 class Guard:
@@ -138,14 +151,14 @@ class Guard:
         """
         flows = self.flows
         out = {f for f in self._touched if (fg := flows.get(f)) is not None and (
-            fg.pin is not None or fg.streak or fg.evaluation is not None or fg.holdoff)}
+            fg.pin is not None or fg.streak or fg.evaluation is not None or fg.holdoff or fg.left)}
         self._touched = set(out)
         return out
 
     def is_busy(self, flow: int) -> bool:
         fg = self.flows.get(flow)
         return fg is not None and (fg.pin is not None or bool(fg.streak) or fg.evaluation is not None
-                                   or bool(fg.holdoff))
+                                   or bool(fg.holdoff) or fg.left is not None)
 
     def age(self, flow: int) -> float:
         fg = self.flows.get(flow)
@@ -193,6 +206,8 @@ class Guard:
             return Verdict("revert", ev.prev, f"revert {ev.to}->{ev.prev}: reward {after:.3f} after the switch < "
                                               f"{ev.before:.3f} before - {self.cfg.revert_threshold:g}; "
                                               f"{ev.to} held off for {self.cfg.holdoff_s:g} s", ev.prev)
+        if self.cfg.return_holdoff_s > 0 and cca == ev.to:
+            fg.left = (ev.prev, now + self.cfg.return_holdoff_s)
         return Verdict("keep", cca, f"confirmed {ev.prev}->{ev.to}: reward {after:.3f} after vs {ev.before:.3f} "
                                     "before", ev.to)
 
@@ -232,6 +247,11 @@ class Guard:
         blocked = self._blocked(fg, current, best, f"{best} preferred", now)
         if blocked is not None:
             return blocked
+        if fg.left is not None and fg.left[1] <= now:
+            fg.left = None
+        if fg.left is not None and fg.left[0] == best:
+            return Verdict("keep", current, f"{best} preferred; damping: left {best} for {current}, going back "
+                                            f"blocked for {fg.left[1] - now:.1f} s more", best)
         return Verdict("switch", best, f"{best} wins by {gain_s} over {current} on {fg.streak} decisions", best)
 
     def _blocked(self, fg: FlowGuard, current: str, best: str, what: str, now: float) -> Verdict | None:
@@ -314,7 +334,7 @@ class Guard:
                 "first_seen": fg.first_seen, "original": fg.original,
                 "last_switch": fg.last_switch if math.isfinite(fg.last_switch) else None,
                 "switches": list(fg.switches), "pin": fg.pin, "holdoff": fg.holdoff,
-                "changed_by_us": fg.changed_by_us,
+                "changed_by_us": fg.changed_by_us, "left": list(fg.left) if fg.left else None,
                 "evaluation": asdict(fg.evaluation) if fg.evaluation else None,
             }
         return out
@@ -334,7 +354,8 @@ class Guard:
                 last_switch=float(d["last_switch"]) if d.get("last_switch") is not None else -math.inf,
                 switches=deque(float(x) for x in d.get("switches", [])), pin=d.get("pin"),
                 holdoff={str(k): float(v) for k, v in d.get("holdoff", {}).items()},
-                changed_by_us=bool(d.get("changed_by_us")), evaluation=ev)
+                changed_by_us=bool(d.get("changed_by_us")), evaluation=ev,
+                left=(str(d["left"][0]), float(d["left"][1])) if d.get("left") else None)
             self._touched.add(fid)
             n += 1
         return n

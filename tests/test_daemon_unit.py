@@ -111,6 +111,35 @@ def test_post_switch_evaluation_reverts_and_holds_the_choice_off() -> None:
     assert g.decide(1, "cubic", {"cubic": 0.0, "bbr": 5.0}).action == "switch"
 
 
+def test_flap_damping_blocks_only_going_back_after_a_confirmed_switch() -> None:
+    """return_holdoff_s: after cubic->pcc is confirmed, pcc->cubic waits; pcc->bbr does not; a state
+    saved in between (daemon restart) keeps the damping."""
+    g, c = guard(consecutive=1, min_dwell_s=0, max_switches_per_min=10, return_holdoff_s=20.0)
+    g.observe(1, "cubic", 1.0)
+    g.applied(1, "cubic", "pcc", "policy")
+    v = None
+    for _ in range(3):  # as good as before: confirmed
+        c.t += 1
+        v = g.observe(1, "pcc", 1.0)
+    assert v is not None and v.reason.startswith("confirmed cubic->pcc")
+    back = g.decide(1, "pcc", {"cubic": 2.0, "bbr": 0.0, "pcc": 1.0})
+    assert back.action == "keep" and "damping: left cubic" in back.reason and back.best == "cubic"
+    assert g.busy() == {1}
+    restored = Guard(g.cfg, clock=c)
+    restored.from_state(g.to_state())
+    assert "damping" in restored.decide(1, "pcc", {"cubic": 2.0, "pcc": 1.0}).reason
+    assert g.decide(1, "pcc", {"cubic": 0.0, "bbr": 2.0, "pcc": 1.0}).action == "switch"  # a third CCA: allowed
+    c.t += 20.1  # 20 s after the confirmation (at t0 + 3 s)
+    assert g.decide(1, "pcc", {"cubic": 2.0, "pcc": 1.0}).action == "switch"
+    off, c2 = guard(consecutive=1, min_dwell_s=0)  # return_holdoff_s = 0: no damping
+    off.observe(1, "cubic", 1.0)
+    off.applied(1, "cubic", "pcc", "policy")
+    for _ in range(3):
+        c2.t += 1
+        off.observe(1, "pcc", 1.0)
+    assert off.decide(1, "pcc", {"cubic": 2.0, "pcc": 1.0}).action == "switch"
+
+
 def test_post_switch_evaluation_confirms_when_not_worse() -> None:
     g, c = guard(consecutive=1, min_dwell_s=0)
     g.observe(1, "cubic", 1.0)
