@@ -1,10 +1,18 @@
-//! A log-linear histogram of microsecond values (HdrHistogram's layout, 6
-//! significant bits): values below 128 us are exact, larger ones fall into
-//! buckets 1/64 of their power of two wide, so a percentile is off by at most
-//! 1.6 % (and at most 1 us below 128 us).  Recording is O(1) with no
-//! allocation, a percentile is one pass over 2,304 counters, which keeps the
-//! per-interval statistics cheap enough for the forwarding thread.  The sum
-//! (for the mean) and the maximum are kept exactly, in nanoseconds.
+//! Histograms of time values: one counting structure ([`Binned`]: counts
+//! per bin plus the exact count, sum and maximum, in nanoseconds) over two bin
+//! layouts ([`Bins`]):
+//!
+//! * [`Histogram`], log-linear (HdrHistogram's layout, 6 significant bits):
+//!   values below 128 us are exact, larger ones fall into buckets 1/64 of
+//!   their power of two wide, so a percentile is off by at most 1.6 % (and at
+//!   most 1 us below 128 us).  Recording is O(1) with no allocation (the
+//!   2,304 counters are allocated up front), a percentile is one pass over
+//!   them, which keeps the per-interval statistics cheap enough for the
+//!   forwarding thread.
+//! * [`FineHistogram`], linear 0.1 ms bins for per-class queue delays.
+//!
+//! A quantile is found by walking the counts up to its rank and reporting the
+//! bin's representative value (its midpoint), capped at the exact maximum.
 
 use crate::time::Nanos;
 
@@ -13,26 +21,6 @@ const SUB: u64 = 1 << SUB_BITS; // 64
 const EXACT: u64 = 2 * SUB; // 0..128 exact
 const MAX_EXP: u32 = 40; // values up to 2^41 us (25 days)
 const BUCKETS: usize = (EXACT + (MAX_EXP as u64 - SUB_BITS as u64) * SUB) as usize;
-
-#[derive(Clone)]
-pub struct Histogram {
-    counts: Box<[u64]>,
-    count: u64,
-    sum_ns: u128,
-    max_ns: Nanos,
-}
-
-impl std::fmt::Debug for Histogram {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Histogram(n={}, mean={:.1}us, max={}ns)", self.count, self.mean_us(), self.max_ns)
-    }
-}
-
-impl Default for Histogram {
-    fn default() -> Self {
-        Self::new()
-    }
-}
 
 fn index(us: u64) -> usize {
     if us < EXACT {
@@ -68,98 +56,91 @@ fn middle(i: usize) -> f64 {
     lo + (width - 1.0) / 2.0
 }
 
-impl Histogram {
-    pub fn new() -> Self {
-        Self { counts: vec![0; BUCKETS + 1].into_boxed_slice(), count: 0, sum_ns: 0, max_ns: 0 }
-    }
+/// Where a value falls: the bin layout of one kind of histogram.
+pub trait Bins {
+    /// Name shown by `Debug`.
+    const NAME: &'static str;
+    /// Bins allocated up front (recording into them never allocates).
+    const PREALLOCATED: usize;
+    /// Bin of a value in nanoseconds.
+    fn bin(ns: Nanos) -> usize;
+    /// Value (us) a quantile falling into bin `i` reports, before the cap at the maximum.
+    fn representative_us(i: usize) -> f64;
+}
 
-    pub fn record(&mut self, ns: Nanos) {
-        self.counts[index(ns / 1000)] += 1;
-        self.count += 1;
-        self.sum_ns += ns as u128;
-        self.max_ns = self.max_ns.max(ns);
-    }
+/// The log-linear layout of [`Histogram`] (see the module comment).
+#[derive(Clone, Debug, Default)]
+pub struct LogLinear;
 
-    pub fn count(&self) -> u64 {
-        self.count
+impl Bins for LogLinear {
+    const NAME: &'static str = "Histogram";
+    const PREALLOCATED: usize = BUCKETS + 1;
+    fn bin(ns: Nanos) -> usize {
+        index(ns / 1000)
     }
-
-    pub fn clear(&mut self) {
-        if self.count > 0 {
-            self.counts.fill(0);
-            self.count = 0;
-            self.sum_ns = 0;
-            self.max_ns = 0;
-        }
-    }
-
-    pub fn mean_us(&self) -> f64 {
-        if self.count == 0 {
-            0.0
-        } else {
-            self.sum_ns as f64 / self.count as f64 / 1000.0
-        }
-    }
-
-    pub fn max_us(&self) -> f64 {
-        self.max_ns as f64 / 1000.0
-    }
-
-    /// The q-quantile (0 < q <= 1) in microseconds (0 when empty).
-    pub fn quantile_us(&self, q: f64) -> f64 {
-        if self.count == 0 {
-            return 0.0;
-        }
-        let rank = ((q * self.count as f64).ceil() as u64).clamp(1, self.count);
-        let mut seen = 0;
-        for (i, &c) in self.counts.iter().enumerate() {
-            seen += c;
-            if seen >= rank {
-                return middle(i).min(self.max_us());
-            }
-        }
-        self.max_us()
-    }
-
-    /// {"mean", "p50", "p90", "p99", "max"} in microseconds.
-    pub fn summary(&self) -> serde_json::Value {
-        serde_json::json!({
-            "count": self.count,
-            "mean": round1(self.mean_us()),
-            "p50": round1(self.quantile_us(0.50)),
-            "p90": round1(self.quantile_us(0.90)),
-            "p99": round1(self.quantile_us(0.99)),
-            "max": round1(self.max_us()),
-        })
+    fn representative_us(i: usize) -> f64 {
+        middle(i)
     }
 }
+
+/// The 0.1 ms linear layout of [`FineHistogram`].
+#[derive(Clone, Debug, Default)]
+pub struct Linear01Ms;
+
+impl Bins for Linear01Ms {
+    const NAME: &'static str = "FineHistogram";
+    const PREALLOCATED: usize = 0;
+    fn bin(ns: Nanos) -> usize {
+        ((ns / FINE_BIN_NS) as usize).min(FINE_MAX_BINS - 1)
+    }
+    fn representative_us(i: usize) -> f64 {
+        (i as f64 + 0.5) * FINE_BIN_NS as f64 / 1000.0
+    }
+}
+
+/// Counts per bin of layout `B`, with the exact count, sum and maximum.
+#[derive(Clone)]
+pub struct Binned<B: Bins> {
+    counts: Vec<u64>,
+    count: u64,
+    sum_ns: u128,
+    max_ns: Nanos,
+    layout: std::marker::PhantomData<B>,
+}
+
+/// Log-linear microsecond histogram (1.6 % precision, fixed 2,304 bins).
+pub type Histogram = Binned<LogLinear>;
 
 /// A linear histogram with 0.1 ms bins (the resolution paper 004 reports
 /// sojourn times at), for per-class queue delays: every percentile is within
 /// 50 us of the true value (the bin's midpoint is reported), mean and max are
 /// exact.  Storage grows with the largest value seen (8 bytes per 0.1 ms: 1.2
 /// KB for a 15 ms queue), up to 60 s; larger values share the last bin.
-#[derive(Clone, Default)]
-pub struct FineHistogram {
-    counts: Vec<u64>,
-    count: u64,
-    sum_ns: u128,
-    max_ns: Nanos,
-}
-
-impl std::fmt::Debug for FineHistogram {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "FineHistogram(n={}, mean={:.1}us, max={}ns)", self.count, self.mean_us(), self.max_ns)
-    }
-}
+pub type FineHistogram = Binned<Linear01Ms>;
 
 /// Bin width of [`FineHistogram`], ns.
 pub const FINE_BIN_NS: Nanos = 100_000;
 const FINE_MAX_BINS: usize = 600_000;
 
-impl FineHistogram {
+impl<B: Bins> std::fmt::Debug for Binned<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}(n={}, mean={:.1}us, max={}ns)", B::NAME, self.count, self.mean_us(), self.max_ns)
+    }
+}
+
+impl<B: Bins> Default for Binned<B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<B: Bins> Binned<B> {
+    pub fn new() -> Self {
+        Self { counts: vec![0; B::PREALLOCATED], count: 0, sum_ns: 0, max_ns: 0, layout: std::marker::PhantomData }
+    }
+
     pub fn record(&mut self, ns: Nanos) {
-        let i = ((ns / FINE_BIN_NS) as usize).min(FINE_MAX_BINS - 1);
+        let i = B::bin(ns);
         if i >= self.counts.len() {
             self.counts.resize(i + 1, 0);
         }
@@ -194,7 +175,8 @@ impl FineHistogram {
         self.max_ns as f64 / 1000.0
     }
 
-    /// The q-quantile in microseconds: midpoint of its 0.1 ms bin, at most the max (0 when empty).
+    /// The q-quantile (0 < q <= 1) in microseconds: the representative value
+    /// of its bin, at most the maximum (0 when empty).
     pub fn quantile_us(&self, q: f64) -> f64 {
         if self.count == 0 {
             return 0.0;
@@ -204,8 +186,7 @@ impl FineHistogram {
         for (i, &c) in self.counts.iter().enumerate() {
             seen += c;
             if seen >= rank {
-                let mid = (i as f64 + 0.5) * FINE_BIN_NS as f64 / 1000.0;
-                return mid.min(self.max_us());
+                return B::representative_us(i).min(self.max_us());
             }
         }
         self.max_us()
