@@ -315,10 +315,17 @@ def delete_netns(name: str) -> None:
     """Kill the processes inside *name*, remove the namespace and its owner record.
 
     Idempotent: a missing namespace is not an error.
+
+    Between the two, the namespace's TCP sockets are aborted (``ss -K``,
+    SOCK_DESTROY): a process killed mid-transfer leaves orphaned
+    FIN-WAIT-1 sockets, and once the path is gone they retransmit for
+    ~2 minutes (tcp_orphan_retries), each holding its congestion control
+    (a BPF struct_ops map stays alive) and the namespace (docs/l4s-kernel.md).
     """
     _check_name(name)
     if os.path.exists(netns_path(name)):
         _kill_all_in(name)
+        subprocess.run(nsenter_argv(name, ["ss", "-K", "-tanH"]), capture_output=True, check=False)
         with contextlib.suppress(FileNotFoundError):
             _pr_netns.remove(name)
     _owner_file(name).unlink(missing_ok=True)
