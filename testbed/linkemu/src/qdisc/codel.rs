@@ -16,8 +16,7 @@
 //! square root instead of Linux's Newton iteration.  Tail drop at
 //! `limit_pkts` packets protects memory, as in Linux's `codel` qdisc.
 
-use std::collections::VecDeque;
-
+use super::fifo::Fifo;
 use super::{DropCause, Dropped, Qdisc};
 use crate::packet::Packet;
 use crate::time::Nanos;
@@ -30,8 +29,7 @@ pub struct Codel {
     interval: Nanos,
     limit: usize,
     ecn: bool,
-    q: VecDeque<Packet>,
-    bytes: usize,
+    q: Fifo,
     // Control state.
     first_above_time: Nanos,
     drop_next: Nanos,
@@ -47,8 +45,7 @@ impl Codel {
             interval,
             limit: limit_pkts,
             ecn,
-            q: VecDeque::new(),
-            bytes: 0,
+            q: Fifo::default(),
             first_above_time: 0,
             drop_next: 0,
             count: 0,
@@ -61,12 +58,6 @@ impl Codel {
         t + (self.interval as f64 / (self.count.max(1) as f64).sqrt()) as Nanos
     }
 
-    fn pop(&mut self) -> Option<Packet> {
-        let p = self.q.pop_front()?;
-        self.bytes -= p.ip_len();
-        Some(p)
-    }
-
     /// RFC 8289's ok_to_drop for the packet just dequeued.
     fn should_drop(&mut self, pkt: Option<&Packet>, now: Nanos) -> bool {
         let Some(p) = pkt else {
@@ -74,7 +65,7 @@ impl Codel {
             return false;
         };
         let sojourn = now.saturating_sub(p.enqueued);
-        if sojourn < self.target || self.bytes <= MTU_BYTES {
+        if sojourn < self.target || self.q.bytes() <= MTU_BYTES {
             self.first_above_time = 0;
             return false;
         }
@@ -88,18 +79,12 @@ impl Codel {
 }
 
 impl Qdisc for Codel {
-    fn enqueue(&mut self, mut pkt: Packet, now: Nanos) -> Result<(), Box<Dropped>> {
-        if self.q.len() >= self.limit {
-            return Err(Box::new(Dropped { pkt, cause: DropCause::Queue }));
-        }
-        pkt.enqueued = now;
-        self.bytes += pkt.ip_len();
-        self.q.push_back(pkt);
-        Ok(())
+    fn enqueue(&mut self, pkt: Packet, now: Nanos) -> Result<(), Box<Dropped>> {
+        self.q.push_limited(pkt, now, self.limit)
     }
 
     fn dequeue(&mut self, now: Nanos, drops: &mut Vec<Dropped>) -> Option<Packet> {
-        let mut pkt = self.pop();
+        let mut pkt = self.q.pop();
         let drop = self.should_drop(pkt.as_ref(), now);
         let Some(mut p) = pkt.take() else {
             self.dropping = false;
@@ -116,7 +101,7 @@ impl Qdisc for Codel {
                         return Some(p);
                     }
                     drops.push(Dropped { pkt: p, cause: DropCause::Aqm });
-                    match self.pop() {
+                    match self.q.pop() {
                         Some(next) => {
                             if !self.should_drop(Some(&next), now) {
                                 self.dropping = false;
@@ -134,7 +119,7 @@ impl Qdisc for Codel {
         } else if drop {
             if !(self.ecn && p.mark_ce()) {
                 drops.push(Dropped { pkt: p, cause: DropCause::Aqm });
-                match self.pop() {
+                match self.q.pop() {
                     Some(next) => {
                         // Updates first_above_time, as Linux does.
                         self.should_drop(Some(&next), now);
@@ -154,16 +139,8 @@ impl Qdisc for Codel {
         Some(p)
     }
 
-    fn len(&self) -> usize {
-        self.q.len()
-    }
-
-    fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    fn head_enqueued(&self) -> Option<Nanos> {
-        self.q.front().map(|p| p.enqueued)
+    fn queues(&self) -> &[Fifo] {
+        std::slice::from_ref(&self.q)
     }
 
     fn kind(&self) -> &'static str {

@@ -84,12 +84,11 @@
 //! time).  The PI timer runs on the link's clock (`next_timer`/`on_timer`), at
 //! multiples of tupdate from its first call.
 
-use std::collections::VecDeque;
-
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde_json::{json, Value};
 
+use super::fifo::Fifo;
 use super::{DropCause, Dropped, Qdisc};
 use crate::config;
 use crate::packet::{Ecn, Packet, QClass};
@@ -208,8 +207,7 @@ pub struct Counters {
 pub struct DualPi2 {
     prm: Params,
     /// [C, L]
-    q: [VecDeque<Packet>; 2],
-    bytes: usize,
+    q: [Fifo; 2],
     /// Base probability p'.
     p: f64,
     q_prev: Nanos,
@@ -228,8 +226,7 @@ impl DualPi2 {
     pub fn new(prm: Params, seed: u64) -> DualPi2 {
         let mut q = DualPi2 {
             prm,
-            q: [VecDeque::new(), VecDeque::new()],
-            bytes: 0,
+            q: [Fifo::default(), Fifo::default()],
             p: 0.0,
             q_prev: 0,
             next_update: 0,
@@ -293,7 +290,7 @@ impl DualPi2 {
 
     /// Queue delay of a queue's head at `now`.
     fn head_delay(&self, i: usize, now: Nanos) -> Nanos {
-        self.q[i].front().map_or(0, |p| now.saturating_sub(p.enqueued))
+        self.q[i].head_enqueued().map_or(0, |t| now.saturating_sub(t))
     }
 
     /// One PI update (RFC 9332 Figure 5 with Linux's max over both heads).
@@ -391,14 +388,12 @@ impl Qdisc for DualPi2 {
     fn enqueue(&mut self, mut pkt: Packet, now: Nanos) -> Result<(), Box<Dropped>> {
         pkt.class = self.classify(&pkt);
         let i = if pkt.class == QClass::L4s { L } else { C };
-        if self.q[C].len() + self.q[L].len() >= self.prm.limit_pkts {
+        if self.len() >= self.prm.limit_pkts {
             self.counters.limit_drops[i] += 1;
             return Err(Box::new(Dropped { pkt, cause: DropCause::Queue }));
         }
-        pkt.enqueued = now;
-        self.bytes += pkt.ip_len();
         self.counters.packets_in[i] += 1;
-        self.q[i].push_back(pkt);
+        self.q[i].push(pkt, now);
         Ok(())
     }
 
@@ -410,11 +405,10 @@ impl Qdisc for DualPi2 {
             }
             let i = self.pick(now);
             let other_backlogged = !self.q[1 - i].is_empty();
-            let mut p = self.q[i].pop_front().expect("picked a non-empty queue");
-            self.bytes -= p.ip_len();
+            let mut p = self.q[i].pop().expect("picked a non-empty queue");
             let len = p.ip_len();
             // Linux: no PI-based drop or mark below 2 MTU of backlog (both queues).
-            let pi_active = self.bytes >= 2 * MTU_BYTES;
+            let pi_active = self.bytes() >= 2 * MTU_BYTES;
             let overloaded = self.overloaded();
             if i == L {
                 if pi_active && overloaded && self.roll_p_c() {
@@ -457,20 +451,9 @@ impl Qdisc for DualPi2 {
         }
     }
 
-    fn len(&self) -> usize {
-        self.q[C].len() + self.q[L].len()
-    }
-
-    fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    fn head_enqueued(&self) -> Option<Nanos> {
-        match (self.q[C].front(), self.q[L].front()) {
-            (Some(a), Some(b)) => Some(a.enqueued.min(b.enqueued)),
-            (Some(a), None) | (None, Some(a)) => Some(a.enqueued),
-            (None, None) => None,
-        }
+    /// [C, L]
+    fn queues(&self) -> &[Fifo] {
+        &self.q
     }
 
     fn next_timer(&self) -> Option<Nanos> {
@@ -523,9 +506,8 @@ impl Qdisc for DualPi2 {
     }
 
     fn drain(&mut self) -> Vec<Packet> {
-        self.bytes = 0;
-        let mut v: Vec<Packet> = self.q[C].drain(..).collect();
-        v.extend(self.q[L].drain(..));
+        let mut v: Vec<Packet> = self.q[C].take_all().collect();
+        v.extend(self.q[L].take_all());
         v
     }
 }

@@ -20,6 +20,11 @@
 //!   `next_timer` and get `on_timer` at that instant; the link folds it into
 //!   its own event schedule.
 //!
+//! Every discipline keeps its packets in [`fifo::Fifo`]s (enqueue timestamps,
+//! byte count, tail drop at a packet limit) and shows them through
+//! [`Qdisc::queues`], from which the trait derives `len`, `bytes` and
+//! `head_enqueued`.
+//!
 //! Adding a discipline: implement the trait in a new file, add a variant to
 //! [`crate::config::QdiscConfig`] and a line to [`build`].
 //!
@@ -31,8 +36,10 @@
 
 pub mod codel;
 pub mod dualpi2;
+pub mod fifo;
 pub mod pfifo;
 
+use self::fifo::Fifo;
 use crate::config::QdiscConfig;
 use crate::packet::Packet;
 use crate::time::Nanos;
@@ -100,11 +107,18 @@ pub trait Qdisc: Send {
     /// (a discipline that holds packets back must use `next_timer`).
     fn dequeue(&mut self, now: Nanos, drops: &mut Vec<Dropped>) -> Option<Packet>;
 
+    /// The FIFOs holding the queued packets (one, or one per class).
+    fn queues(&self) -> &[Fifo];
+
     /// Packets currently queued.
-    fn len(&self) -> usize;
+    fn len(&self) -> usize {
+        self.queues().iter().map(Fifo::len).sum()
+    }
 
     /// Bytes currently queued (IP lengths).
-    fn bytes(&self) -> usize;
+    fn bytes(&self) -> usize {
+        self.queues().iter().map(Fifo::bytes).sum()
+    }
 
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -112,7 +126,9 @@ pub trait Qdisc: Send {
 
     /// Enqueue instant of the packet that has waited longest (WiFi
     /// aggregation uses it to decide when a station stops waiting for more).
-    fn head_enqueued(&self) -> Option<Nanos>;
+    fn head_enqueued(&self) -> Option<Nanos> {
+        self.queues().iter().filter_map(Fifo::head_enqueued).min()
+    }
 
     /// Instant of the next internal update (periodic controllers), if any.
     fn next_timer(&self) -> Option<Nanos> {

@@ -5,51 +5,33 @@
 //! already holds `limit` packets is dropped; nothing else is ever dropped or
 //! marked.  The limit counts packets regardless of their size.
 
-use std::collections::VecDeque;
-
-use super::{DropCause, Dropped, Qdisc};
+use super::fifo::Fifo;
+use super::{Dropped, Qdisc};
 use crate::packet::Packet;
 use crate::time::Nanos;
 
 pub struct Pfifo {
     limit: usize,
-    q: VecDeque<Packet>,
-    bytes: usize,
+    q: Fifo,
 }
 
 impl Pfifo {
     pub fn new(limit_pkts: usize) -> Self {
-        Self { limit: limit_pkts, q: VecDeque::with_capacity(limit_pkts.min(4096)), bytes: 0 }
+        Self { limit: limit_pkts, q: Fifo::with_capacity(limit_pkts.min(4096)) }
     }
 }
 
 impl Qdisc for Pfifo {
-    fn enqueue(&mut self, mut pkt: Packet, now: Nanos) -> Result<(), Box<Dropped>> {
-        if self.q.len() >= self.limit {
-            return Err(Box::new(Dropped { pkt, cause: DropCause::Queue }));
-        }
-        pkt.enqueued = now;
-        self.bytes += pkt.ip_len();
-        self.q.push_back(pkt);
-        Ok(())
+    fn enqueue(&mut self, pkt: Packet, now: Nanos) -> Result<(), Box<Dropped>> {
+        self.q.push_limited(pkt, now, self.limit)
     }
 
     fn dequeue(&mut self, _now: Nanos, _drops: &mut Vec<Dropped>) -> Option<Packet> {
-        let p = self.q.pop_front()?;
-        self.bytes -= p.ip_len();
-        Some(p)
+        self.q.pop()
     }
 
-    fn len(&self) -> usize {
-        self.q.len()
-    }
-
-    fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    fn head_enqueued(&self) -> Option<Nanos> {
-        self.q.front().map(|p| p.enqueued)
+    fn queues(&self) -> &[Fifo] {
+        std::slice::from_ref(&self.q)
     }
 
     fn kind(&self) -> &'static str {
@@ -61,6 +43,7 @@ impl Qdisc for Pfifo {
 mod tests {
     use super::*;
     use crate::packet::{build, Ecn};
+    use crate::qdisc::DropCause;
 
     fn pkt(n: u8) -> Packet {
         Packet::from_frame(&build::ipv4_udp([2, 0, 0, 0, 0, n], [2, 0, 0, 0, 0, 9], 1000, Ecn::NotEct), 0)
