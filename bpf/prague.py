@@ -76,20 +76,62 @@ def refuse_without_ecn(records: np.ndarray, flows: Sequence[int]) -> dict[int, s
             for f in flows if ecn.get(f, 1) == 0}
 
 
-def make_default(ns: str) -> None:
-    """Make prague the default congestion control of network namespace `ns`.
+DEFAULT_SYSCTL = "/proc/sys/net/ipv4/tcp_congestion_control"
+ALLOWED_SYSCTL = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"  # global: NON_RESTRICTED ones
+
+
+def default_cca(ns: str | None = None) -> str:
+    """The default congestion control of network namespace `ns` (None: the caller's)."""
+    if ns is None:
+        return Path(DEFAULT_SYSCTL).read_text().strip()
+    from ccswitch.testbed.netns import run_in  # testbed imports bpf, not the reverse
+
+    return run_in(ns, ["sysctl", "-n", "net.ipv4.tcp_congestion_control"],
+                  capture_output=True, text=True).stdout.strip()
+
+
+def set_default(ns: str | None, cca: str) -> None:
+    """Set the default congestion control of `ns` (None: the caller's namespace)."""
+    if ns is None:
+        Path(DEFAULT_SYSCTL).write_text(cca)
+        return
+    from ccswitch.testbed.netns import run_in
+
+    run_in(ns, ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={cca}"])
+
+
+def _in_init_netns() -> bool:
+    return os.stat("/proc/thread-self/ns/net").st_ino == os.stat("/proc/1/ns/net").st_ino
+
+
+def make_default(ns: str | None, name: str = NAME) -> str:
+    """Make prague the default congestion control of network namespace `ns`; return the old default.
+
+    `ns` None means the caller's own namespace (a real host in the testbed's
+    external mode); restore the returned default with set_default() when done:
+    a namespace's default holds a reference on the algorithm, so an
+    unregistered BPF prague would stay the default (and alive) otherwise.
 
     ECN and AccECN are negotiated in the handshake, so a socket must run
     prague *before* connect() (and a listener must run it to accept AccECN).
     Tools that set the algorithm only after connecting (iperf3 3.12's -C) get
     no ECN and Prague falls back to Reno; with prague as the namespace's
     default every new socket starts with it.  Needs prague registered
-    (ensure_prague()); the kernel allows it as a netns default because its
-    flags include TCP_CONG_NON_RESTRICTED.
+    (ensure_prague()); outside the initial namespace the kernel allows it as
+    a default only with TCP_CONG_NON_RESTRICTED (ccswitch's Prague has it).
+    An algorithm without it is refused here, before the sysctl: Linux (6.18
+    included) refuses it with EPERM but leaks a reference on it doing so, which
+    keeps a BPF algorithm's struct_ops map alive until reboot (docs/l4s-kernel.md).
+    `name`: the algorithm (tests register renamed builds).
     """
-    from ccswitch.testbed.netns import run_in  # testbed imports bpf, not the reverse
-
-    if NAME not in available_ccas():
-        raise RuntimeError(f"cannot make {NAME} the default of {ns}: it is not registered; "
+    if name not in available_ccas():
+        raise RuntimeError(f"cannot make {name} the default of {ns or 'this host'}: it is not registered; "
                            f"call ensure_prague() (or open DataPlane(prague=True)) first")
-    run_in(ns, ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={NAME}"])
+    in_init = ns is None and _in_init_netns()
+    if not in_init and name not in Path(ALLOWED_SYSCTL).read_text().split():
+        raise RuntimeError(f"cannot make {name} the default of {ns or 'this namespace'}: it lacks "
+                           f"TCP_CONG_NON_RESTRICTED (not in net.ipv4.tcp_allowed_congestion_control); rebuild "
+                           f"bpf/prague.bpf.o with `make -C bpf` (its flags include it)")
+    previous = default_cca(ns)
+    set_default(ns, name)
+    return previous
