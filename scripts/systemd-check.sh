@@ -14,13 +14,14 @@
 # ccswitch all talk to the container's systemd and daemon):
 #
 #   install     `ccswitch daemon install` writes the unit and config; systemd-analyze verify passes
-#   ready       `systemctl enable --now` returns after READY=1: active (running), the STATUS= text arrived
+#   ready       `systemctl enable --now` (installed defaults: the DQN) returns after READY=1: active (running), the STATUS= text arrived
 #   caps        the daemon holds exactly the unit's capabilities, NoNewPrivs, a seccomp filter
 #   flow        a real iperf3 flow (bbr, in the container) is listed by `ccswitch flows` over the
 #               root-only control socket and switched by the daemon (static policy -> cubic)
 #   root-only   the same socket refuses uid 65534 with one line
-#   reload      `systemctl reload` applies a changed config (static_cca bbr: journal "reloaded",
-#               the flow goes back to bbr); a broken config is refused and the old one kept
+#   reload      `systemctl reload` applies a changed config: the installed defaults (dqn) -> a
+#               static policy (journal "reloaded", same PID), then static_cca bbr (the flow goes
+#               back to bbr); a broken config is refused and the old one kept
 #   watchdog    WATCHDOG=1 keeps it alive over > 2 WatchdogSec periods (same PID, no restart,
 #               WatchdogTimestamp advancing); a frozen daemon (SIGSTOP) is killed by the watchdog
 #               and restarted (Restart=on-failure), and the new one restores the guard state
@@ -174,10 +175,6 @@ if out="$(in_ct systemd-analyze verify /etc/systemd/system/ccswitchd.service 2>&
 else
     fail "verify" "$(tr '\n' ' ' <<<"$out")"
 fi
-write_config cubic
-out="$(in_ct "$VENV/bin/ccswitchd" --check-config --config /etc/ccswitch/ccswitch.toml 2>&1)" \
-    || die "config" "$out"
-
 # ------------------------------------------------------------------ start: READY=1
 t_start=$(date +%s.%N)
 if out="$(in_ct timeout 60 systemctl enable --now ccswitchd 2>&1)"; then
@@ -212,6 +209,20 @@ print(f"CapEff={','.join(have)} NoNewPrivs={f['NoNewPrivs']} Seccomp={f['Seccomp
 sys.exit(0 if ok else 1)
 EOF
 )" && pass "caps" "$out" || fail "caps" "$out"
+
+# ------------------------------------------------------------------ reload: defaults (dqn) -> static
+# Started with the installed defaults (the shipped DQN); a static policy makes the switches below
+# deterministic: every flow to static_cca, 2 consecutive decisions, 1 s dwell.
+write_config cubic
+out="$(in_ct "$VENV/bin/ccswitchd" --check-config --config /etc/ccswitch/ccswitch.toml 2>&1)" \
+    || die "config" "$out"
+in_ct systemctl reload ccswitchd 2>&1
+static_loaded() { journal | grep -q "msg=reloaded policy=static"; }
+if wait_until 15 static_loaded && [ "$(sd_show MainPID)" = "$MAINPID" ]; then
+    pass "reload" "dqn -> static applied by systemctl reload, same PID $MAINPID: \"$(journal | grep msg=reloaded | tail -1 | cut -c1-60)\", status \"$(sd_show StatusText)\""
+else
+    fail "reload" "journal: $(journal | tail -3 | tr '\n' ' ')"
+fi
 
 # ------------------------------------------------------------------ a real flow, managed
 in_ct systemd-run --quiet --unit=ccs-iperf-server iperf3 -s -p "$PORT" >/dev/null 2>&1
@@ -252,10 +263,10 @@ fi
 # ------------------------------------------------------------------ reload
 write_config bbr
 in_ct systemctl reload ccswitchd 2>&1
-if wait_until 15 flow_is bbr && journal | grep -q "msg=reloaded policy=static"; then
-    pass "reload" "static_cca=bbr applied without restart (PID $(sd_show MainPID), journal \"$(journal | grep msg=reloaded | tail -1 | cut -c1-80)\"), flow back on $(flow_cca | awk '{print $2}'), status \"$(sd_show StatusText)\""
+if wait_until 15 flow_is bbr && [ "$(journal | grep -c msg=reloaded)" -ge 2 ]; then
+    pass "reload-cca" "static_cca=bbr applied without restart (PID $(sd_show MainPID)): the flow is back on $(flow_cca | awk '{print $2}')"
 else
-    fail "reload" "flow $(flow_cca), journal: $(journal | tail -3 | tr '\n' ' ')"
+    fail "reload-cca" "flow $(flow_cca), journal: $(journal | tail -3 | tr '\n' ' ')"
 fi
 printf '[policy]\nkind = "nonsense"\n' | in_ct tee /etc/ccswitch/ccswitch.toml >/dev/null
 in_ct systemctl reload ccswitchd 2>&1
