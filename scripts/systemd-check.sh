@@ -317,6 +317,7 @@ else
 fi
 
 # ------------------------------------------------------------------ stop
+say "INFO resources: $(in_ct systemctl show ccswitchd -p MemoryCurrent -p CPUUsageNSec -p TasksCurrent | tr '\n' ' ')RSS $(in_ct sh -c "grep VmRSS /proc/$MAINPID/status" | awk '{print $2 " " $3}')"
 owned="$(in_ct sh -c "grep -hsE '^(link_id|map_id):' /proc/$MAINPID/fdinfo/*" | awk '{print $1 $2}' | sort -u)"
 links="$(grep -c '^link_id' <<<"$owned")"
 t_stop=$(date +%s.%N)
