@@ -26,7 +26,6 @@ namespace (:func:`ccswitch.testbed.netns.delete_netns` kills what runs inside).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import csv
 import json
@@ -35,14 +34,13 @@ import select
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from .netns import nsenter_argv
+from .netns import LiveHandles, popen_in, stop_process
 
 __all__ = [
     "CRATE_DIR",
@@ -136,19 +134,6 @@ def emulator_config(
     }
 
 
-_live: set[Emulator] = set()
-_live_lock = threading.Lock()
-
-
-@atexit.register
-def _stop_live() -> None:
-    with _live_lock:
-        live = list(_live)
-    for emu in live:
-        with contextlib.suppress(Exception):
-            emu.kill()
-
-
 class Emulator:
     """linkemu running in namespace *router_ns* with *config* (a dict, see :func:`emulator_config`).
 
@@ -236,15 +221,15 @@ class Emulator:
         self.stats_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(json.dumps(self.config, indent=2) + "\n")
         self._err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in kill())
-        self._proc = subprocess.Popen(
-            nsenter_argv(self.router_ns, [str(self.binary), "--config", str(self.config_path)]),
+        self._proc = popen_in(
+            self.router_ns,
+            [str(self.binary), "--config", str(self.config_path)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._err,
             start_new_session=True,  # Ctrl-C for the caller is the caller's to handle
         )
-        with _live_lock:
-            _live.add(self)
+        _live.add(self)
         try:
             self._wait_ready()
         except BaseException:
@@ -297,14 +282,8 @@ class Emulator:
 
     def kill(self) -> None:
         """Stop linkemu without waiting for outputs (SIGTERM, then SIGKILL)."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
         if self._proc is not None:
+            stop_process(self._proc, grace_s=5)
             if self.returncode is None:
                 self.returncode = self._proc.returncode
             if self._proc.stdout is not None:
@@ -312,8 +291,7 @@ class Emulator:
         if self._err is not None and not self._err.closed:
             self.stderr()
             self._err.close()
-        with _live_lock:
-            _live.discard(self)
+        _live.discard(self)
 
     # -- outputs --
 
@@ -329,3 +307,6 @@ class Emulator:
 
     def __repr__(self) -> str:
         return f"Emulator(router_ns={self.router_ns!r}, pid={self.pid}, stats_dir={str(self.stats_dir)!r})"
+
+
+_live: LiveHandles[Emulator] = LiveHandles(Emulator.kill)

@@ -18,20 +18,17 @@ connection uses an ephemeral port).
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import json
 import os
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import IO, Any
 
-from .netns import entered, nsenter_argv
+from .netns import LiveHandles, entered, popen_in, stop_process
 
 __all__ = [
     "DEFAULT_PORT",
@@ -161,19 +158,6 @@ def parse_result(data: dict[str, Any]) -> IperfResult:
 
 # ----------------------------------------------------------------- process ---
 
-_live: set[_Proc] = set()  # strong refs: a forgotten handle is still killed at exit
-_live_lock = threading.Lock()
-
-
-@atexit.register
-def _kill_live() -> None:
-    with _live_lock:
-        live = list(_live)
-    for p in live:
-        with contextlib.suppress(Exception):
-            p.close()
-
-
 class _Proc:
     """An iperf3 process in a namespace with stdout/stderr in temporary files."""
 
@@ -184,8 +168,9 @@ class _Proc:
         self._out: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         self._err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         try:
-            self.proc = subprocess.Popen(
-                nsenter_argv(ns, argv),
+            self.proc = popen_in(
+                ns,
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=self._out,
                 stderr=self._err,
@@ -195,8 +180,7 @@ class _Proc:
             self._out.close()
             self._err.close()
             raise
-        with _live_lock:
-            _live.add(self)
+        _live.add(self)
 
     @property
     def pid(self) -> int:
@@ -221,21 +205,14 @@ class _Proc:
 
     def kill(self) -> None:
         """Terminate (then kill) the process if it still runs; reap it."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=2.0)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, grace_s=2.0)
 
     def close(self) -> None:
         """Kill the process and release the output files."""
         self.kill()
         self._out.close()
         self._err.close()
-        with _live_lock:
-            _live.discard(self)
+        _live.discard(self)
 
     def __enter__(self) -> _Proc:
         return self
@@ -248,6 +225,8 @@ class _Proc:
     ) -> None:
         self.close()
 
+
+_live: LiveHandles[_Proc] = LiveHandles(_Proc.close)
 
 # ------------------------------------------------------------------ server ---
 

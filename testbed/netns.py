@@ -21,6 +21,10 @@ Everything here needs root.  The building blocks:
   pyroute2 0.9.7's tbf support only knows the legacy 32-bit rate + rate table).
 * :func:`cleanup_leftovers` -- remove ``ccs-*`` namespaces whose creating process
   is dead (a crashed or SIGKILLed test run).
+* The pieces every namespace or process owner of the testbed shares:
+  :func:`create_netns_group` / :func:`delete_netns_all` (one ``ccs-ID-*`` set),
+  :func:`wait_oper_up`, :func:`stop_process` (SIGTERM, grace, SIGKILL) and
+  :class:`LiveHandles` (what is still open at interpreter exit gets closed).
 
 Ownership: before a namespace is created, ``/run/ccswitch/netns/<name>.owner``
 records the creating process (PID and its start time, so a recycled PID does not
@@ -43,10 +47,10 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pyroute2 import IPRoute
 from pyroute2 import netns as _pr_netns
@@ -57,11 +61,14 @@ __all__ = [
     "OWNER_DIR",
     "PREFIX",
     "Bottleneck",
+    "LiveHandles",
     "NetnsError",
     "cleanup_leftovers",
     "clear_qdisc",
     "create_netns",
+    "create_netns_group",
     "delete_netns",
+    "delete_netns_all",
     "entered",
     "list_netns",
     "missing_tools",
@@ -75,7 +82,9 @@ __all__ = [
     "qdisc_stats",
     "run_in",
     "set_tbf",
+    "stop_process",
     "tbf_defaults",
+    "wait_oper_up",
 ]
 
 PREFIX = "ccs-"
@@ -98,6 +107,44 @@ CLONE_NEWNET = 0x40000000
 
 class NetnsError(RuntimeError):
     """A namespace operation failed."""
+
+
+_H = TypeVar("_H")
+
+
+class LiveHandles(Generic[_H]):
+    """Handles (namespace sets, processes) that must not outlive the interpreter.
+
+    Owners :meth:`add` a handle when it starts holding something and
+    :meth:`discard` it when released; at interpreter exit *close* is called on
+    every handle still registered (errors suppressed).  The set holds strong
+    references, so a forgotten handle is still closed.
+    """
+
+    def __init__(self, close: Callable[[_H], object]) -> None:
+        self._close = close
+        self._handles: set[_H] = set()
+        self._lock = threading.Lock()
+        atexit.register(self.close_all)
+
+    def add(self, handle: _H) -> None:
+        with self._lock:
+            self._handles.add(handle)
+
+    def discard(self, handle: _H) -> None:
+        with self._lock:
+            self._handles.discard(handle)
+
+    def forget_all(self) -> None:
+        """Drop every handle without closing it (a forked child's copy)."""
+        self._handles.clear()
+
+    def close_all(self) -> None:
+        with self._lock:
+            live = list(self._handles)
+        for handle in live:
+            with contextlib.suppress(Exception):
+                self._close(handle)
 
 
 # --------------------------------------------------------------- basics ---
@@ -203,6 +250,17 @@ def popen_in(name: str, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[
     ``nsenter`` execs the command, so the returned PID is the command's own.
     """
     return subprocess.Popen(nsenter_argv(name, argv), **kwargs)
+
+
+def stop_process(proc: subprocess.Popen[Any], grace_s: float) -> None:
+    """SIGTERM *proc* if it still runs, SIGKILL it after *grace_s* seconds; reap it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 _libc: ctypes.CDLL | None = None
@@ -331,6 +389,48 @@ def delete_netns(name: str) -> None:
     _owner_file(name).unlink(missing_ok=True)
 
 
+def create_netns_group(roles: Sequence[str], created: list[str]) -> str:
+    """Create ``ccs-ID-ROLE`` for every role under one fresh random ``ID``; return ``ID``.
+
+    Each namespace made is appended to *created* as soon as it exists (so the
+    caller's teardown finds it even if a later step fails).  If a name of the
+    set is taken, the ones made in that attempt are deleted and another ID is
+    tried (8 attempts).
+    """
+    for _attempt in range(8):
+        ident = secrets.token_hex(3)
+        made: list[str] = []
+        try:
+            for role in roles:
+                name = f"{PREFIX}{ident}-{role}"
+                create_netns(name)
+                made.append(name)
+                created.append(name)
+        except FileExistsError:
+            for name in reversed(made):
+                delete_netns(name)
+                created.remove(name)
+            continue
+        return ident
+    raise NetnsError("could not find a free namespace name")
+
+
+def delete_netns_all(created: list[str]) -> list[str]:
+    """Delete the namespaces in *created*, newest first, going on past failures.
+
+    Empties *created*; returns one ``"NAME: error"`` per namespace that could
+    not be removed.
+    """
+    errors = []
+    for name in reversed(created):
+        try:
+            delete_netns(name)
+        except Exception as e:  # keep going: remove as much as possible
+            errors.append(f"{name}: {e}")
+    created.clear()
+    return errors
+
+
 def cleanup_leftovers(prefix: str = PREFIX, *, include_unowned: bool = False) -> list[str]:
     """Remove ``prefix*`` namespaces whose owner process is dead; return their names.
 
@@ -439,7 +539,7 @@ def qdisc_drops(ns: str, dev: str) -> int:
 _SENDER_IFINDEX = 10
 
 
-def _wait_oper_up(ns: str, dev: str, timeout_s: float = 3.0) -> None:
+def wait_oper_up(ns: str, dev: str, timeout_s: float = 3.0) -> None:
     """Wait until *dev* in *ns* reports operstate UP (its qdisc is active)."""
     deadline = time.monotonic() + timeout_s
     with IPRoute(netns=ns, flags=0) as ipr:
@@ -474,19 +574,6 @@ def _sigint_deferred() -> Iterator[None]:
                 old(signal.SIGINT, None)
             elif old == signal.SIG_DFL:
                 os.kill(os.getpid(), signal.SIGINT)
-
-
-_live: set[Bottleneck] = set()
-_live_lock = threading.Lock()
-
-
-@atexit.register
-def _close_live() -> None:
-    with _live_lock:
-        live = list(_live)
-    for bn in live:
-        with contextlib.suppress(Exception):
-            bn.close()
 
 
 class Bottleneck:
@@ -571,8 +658,7 @@ class Bottleneck:
         """Create the namespaces, veth pair, addresses and qdisc."""
         if self._created:
             raise NetnsError("Bottleneck is already open")
-        with _live_lock:
-            _live.add(self)
+        _live.add(self)
         self._closed = False
         try:
             self._create_namespaces()
@@ -582,28 +668,11 @@ class Bottleneck:
             raise
 
     def _create_namespaces(self) -> None:
-        for _attempt in range(8):
-            ident = secrets.token_hex(3)
-            snd, rcv = f"{PREFIX}{ident}-snd", f"{PREFIX}{ident}-rcv"
-            try:
-                create_netns(snd)
-            except FileExistsError:
-                continue
-            self._created.append(snd)
-            try:
-                create_netns(rcv)
-            except FileExistsError:
-                delete_netns(snd)
-                self._created.remove(snd)
-                continue
-            self._created.append(rcv)
-            self.id, self.sender, self.receiver = ident, snd, rcv
-            if self._with_router:
-                self.router = f"{PREFIX}{ident}-rtr"
-                create_netns(self.router)
-                self._created.append(self.router)
-            return
-        raise NetnsError("could not find a free namespace name")
+        roles = ("snd", "rcv", "rtr") if self._with_router else ("snd", "rcv")
+        self.id = create_netns_group(roles, self._created)
+        self.sender, self.receiver = f"{PREFIX}{self.id}-snd", f"{PREFIX}{self.id}-rcv"
+        if self._with_router:
+            self.router = f"{PREFIX}{self.id}-rtr"
 
     def _configure(self) -> None:
         if self.router:
@@ -646,8 +715,8 @@ class Bottleneck:
             idx = ipr.link_lookup(ifname=peer_dev)[0]
             ipr.addr("add", index=idx, address=peer_addr, prefixlen=self.prefixlen)
             ipr.link("set", index=idx, state="up")
-        _wait_oper_up(ns, dev)
-        _wait_oper_up(peer_ns, peer_dev)
+        wait_oper_up(ns, dev)
+        wait_oper_up(peer_ns, peer_dev)
 
     def _configure_routed(self) -> None:
         """sender --veth-- router --veth-- receiver; the router forwards and shapes.
@@ -685,8 +754,8 @@ class Bottleneck:
             idx = ipr.link_lookup(ifname=self.receiver_dev)[0]
             ipr.addr("add", index=idx, address=self.receiver_addr, prefixlen=self.prefixlen)
             ipr.link("set", index=idx, state="up")
-        _wait_oper_up(self.sender, self.sender_dev)
-        _wait_oper_up(self.receiver, self.receiver_dev)
+        wait_oper_up(self.sender, self.sender_dev)
+        wait_oper_up(self.receiver, self.receiver_dev)
 
     def close(self) -> None:
         """Kill processes inside and remove both namespaces (idempotent).
@@ -696,16 +765,9 @@ class Bottleneck:
         if self._closed:
             return
         with _sigint_deferred():
-            errors = []
-            for name in reversed(self._created):
-                try:
-                    delete_netns(name)
-                except Exception as e:  # keep going: remove as much as possible
-                    errors.append(f"{name}: {e}")
-            self._created.clear()
+            errors = delete_netns_all(self._created)
             self._closed = True
-            with _live_lock:
-                _live.discard(self)
+            _live.discard(self)
         if errors:
             raise NetnsError("teardown incomplete: " + "; ".join(errors))
 
@@ -743,6 +805,9 @@ class Bottleneck:
             f"Bottleneck(sender={self.sender!r}, receiver={self.receiver!r}, "
             f"receiver_addr={self.receiver_addr!r}, rate_mbit={self.rate_mbit})"
         )
+
+
+_live: LiveHandles[Bottleneck] = LiveHandles(Bottleneck.close)
 
 
 def missing_tools() -> list[str]:

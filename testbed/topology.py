@@ -22,21 +22,27 @@ egress towards the server.  No delay, loss or WiFi: that needs linkemu.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
-import secrets
 import shutil
 import signal
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
 from pyroute2 import IPRoute
 
-from .netns import PREFIX, NetnsError, _sigint_deferred, create_netns, delete_netns, entered, run_in
+from .netns import (
+    PREFIX,
+    LiveHandles,
+    NetnsError,
+    _sigint_deferred,
+    create_netns_group,
+    delete_netns_all,
+    entered,
+    run_in,
+    wait_oper_up,
+)
 
 __all__ = ["Topology", "disable_offloads", "kernel_emulator"]
 
@@ -48,19 +54,6 @@ _IFINDEX0 = 10
 OFFLOAD_FEATURES = ("tx-tcp-segmentation", "tx-tcp6-segmentation", "tx-tcp-ecn-segmentation",
                     "tx-tcp-mangleid-segmentation", "tx-generic-segmentation", "rx-gro", "rx-gro-list")
 
-_live: set[Topology] = set()
-_live_lock = threading.Lock()
-
-
-@atexit.register
-def _close_live() -> None:
-    with _live_lock:
-        live = list(_live)
-    for topo in live:
-        with contextlib.suppress(Exception):
-            topo.close()
-
-
 def _after_fork_in_child() -> None:
     """pyroute2 forks helpers (netns.create, IPRoute(netns=...)) and stops them
     with SIGTERM.  A child that inherited a SIGTERM -> SystemExit handler (e.g.
@@ -68,7 +61,7 @@ def _after_fork_in_child() -> None:
     copy -- create_netns's error path deletes the namespace just made, and
     atexit hooks close the parent's topologies.  So a forked child dies on
     SIGTERM the default way and forgets the parent's topologies."""
-    _live.clear()
+    _live.forget_all()
     with contextlib.suppress(ValueError, OSError):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
@@ -110,19 +103,6 @@ def offloads(ns: str, dev: str) -> dict[str, bool]:
             return {n: bool(feats[n].enable) for n in OFFLOAD_FEATURES if n in feats}
         finally:
             eth.close()
-
-
-def _wait_up(ns: str, dev: str, timeout_s: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    with IPRoute(netns=ns, flags=0) as ipr:
-        while True:
-            links = ipr.get_links(ifname=dev)
-            state = links[0].get_attr("IFLA_OPERSTATE") if links else None
-            if state == "UP":
-                return
-            if time.monotonic() > deadline:
-                raise NetnsError(f"{dev} in {ns} did not come up (operstate {state})")
-            time.sleep(0.01)
 
 
 def _sysctl(ns: str, key: str, value: str) -> None:
@@ -175,8 +155,7 @@ class Topology:
             raise NetnsError("Topology is already open")
         self._closed = False
         self._pid = os.getpid()
-        with _live_lock:
-            _live.add(self)
+        _live.add(self)
         try:
             self._create_namespaces()
             self._wire()
@@ -185,22 +164,10 @@ class Topology:
             raise
 
     def _create_namespaces(self) -> None:
-        for _attempt in range(8):
-            ident = secrets.token_hex(3)
-            first = f"{PREFIX}{ident}-rtr"
-            try:
-                create_netns(first)
-            except FileExistsError:
-                continue
-            self._created.append(first)
-            self.id, self.router = ident, first
-            self.server = f"{PREFIX}{ident}-srv"
-            self.clients = [f"{PREFIX}{ident}-c{i}" for i in range(1, self.n_clients + 1)]
-            for name in (self.server, *self.clients):
-                create_netns(name)
-                self._created.append(name)
-            return
-        raise NetnsError("could not find a free namespace name")
+        clients = [f"c{i}" for i in range(1, self.n_clients + 1)]
+        self.id = create_netns_group(["rtr", "srv", *clients], self._created)
+        self.router, self.server = f"{PREFIX}{self.id}-rtr", f"{PREFIX}{self.id}-srv"
+        self.clients = [f"{PREFIX}{self.id}-{c}" for c in clients]
 
     def _veth(self, index: int, router_if: str, peer_ns: str, peer_dev: str, addr: str) -> None:
         with IPRoute(netns=self.router, flags=0) as ipr:
@@ -227,7 +194,7 @@ class Topology:
         for i, (ns, rif, addr) in enumerate(zip(self.clients, self.client_ifs, self.client_addrs, strict=True)):
             self._veth(_IFINDEX0 + 1 + i, rif, ns, self.client_dev, addr)
         for ns, dev in self.endpoints():
-            _wait_up(ns, dev)
+            wait_oper_up(ns, dev)
 
     def endpoints(self) -> list[tuple[str, str]]:
         """(namespace, device) of every host end: the server, then the clients."""
@@ -240,19 +207,15 @@ class Topology:
         """
         if self._closed or os.getpid() != self._pid:  # never from a forked child
             return
-        errors = []
         with _sigint_deferred():  # a Ctrl-C meanwhile is delivered after the teardown
-            for name in reversed(self._created):
-                try:
-                    delete_netns(name)
-                except Exception as e:  # remove as much as possible
-                    errors.append(f"{name}: {e}")
-            self._created.clear()
+            errors = delete_netns_all(self._created)
             self._closed = True
-            with _live_lock:
-                _live.discard(self)
+            _live.discard(self)
         if errors:
             raise NetnsError("could not remove: " + "; ".join(errors))
+
+
+_live: LiveHandles[Topology] = LiveHandles(Topology.close)
 
 
 def _ip(ns: str, *args: str) -> None:
