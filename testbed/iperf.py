@@ -340,7 +340,13 @@ def start_server(
 
 
 class IperfFlow(_Proc):
-    """An ``iperf3 -c ... -J`` client in namespace *ns*; see :func:`start_flow`."""
+    """``iperf3 -c ADDR -p PORT -C CCA -t SECONDS -i INTERVAL -J`` in *ns*, started at once.
+
+    *cport* pins the data connection's local port (``--cport``); *bitrate* is
+    ``-b`` (bit/s, or an iperf3 string such as ``"100M"``); *udp* sends UDP
+    (``-u``; *cca* is then ignored).  Call :meth:`wait` for the
+    :class:`IperfResult`.  :func:`start_flow` is this constructor.
+    """
 
     def __init__(
         self,
@@ -429,38 +435,8 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
-def start_flow(
-    ns: str,
-    server_addr: str,
-    port: int = DEFAULT_PORT,
-    *,
-    cca: str | None = "cubic",
-    seconds: float = 10.0,
-    interval: float = 1.0,
-    cport: int | None = None,
-    bitrate: str | float | None = None,
-    udp: bool = False,
-    extra_args: Sequence[str] = (),
-) -> IperfFlow:
-    """Start ``iperf3 -c ADDR -p PORT -C CCA -t SECONDS -i INTERVAL -J`` in *ns*.
-
-    *cport* pins the data connection's local port (``--cport``); *bitrate* is
-    ``-b`` (bit/s, or an iperf3 string such as ``"100M"``); *udp* sends UDP
-    (``-u``; *cca* is then ignored).  Returns at once; call ``wait()`` for the
-    :class:`IperfResult`.
-    """
-    return IperfFlow(
-        ns,
-        server_addr,
-        port,
-        cca=cca,
-        seconds=seconds,
-        interval=interval,
-        cport=cport,
-        bitrate=bitrate,
-        udp=udp,
-        extra_args=extra_args,
-    )
+start_flow = IperfFlow
+"""Start an iperf3 client flow in a namespace and return its handle at once (see :class:`IperfFlow`)."""
 
 
 def run_flow(
