@@ -1,6 +1,6 @@
 """DualPI2 vs pfifo in linkemu: forwarding rate, delay accuracy and CPU cost, side by side in one run.
 
-Same method as bench/emulator_fidelity.py (whose probe helpers it reuses): a
+Same method as bench/emulator_fidelity.py (the probe runs of bench/_linkemu_probe.py): a
 1-client topology, linkemu in the router, measurement at the endpoints with
 ``linkemu-probe`` (paced UDP sender stamping CLOCK_REALTIME; receiver reading
 kernel receive timestamps).  Every point runs once with ``pfifo`` and once with
@@ -43,35 +43,19 @@ stall (linkemu's own tx lateness shows it), so delay points run --repeat times
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _linkemu_probe as lp
 
-import emulator_fidelity as ef
-
-from ccswitch.testbed.emulator import Emulator, binary_path, dualpi2, emulator_config, link
-from ccswitch.testbed.netns import nsenter_argv
+from ccswitch.testbed.emulator import Emulator, dualpi2, emulator_config, link
 from ccswitch.testbed.topology import Topology
 
 PFIFO: dict[str, Any] = {"kind": "pfifo", "limit_pkts": 1000}
 QDISCS: dict[str, dict[str, Any]] = {"pfifo": PFIFO, "dualpi2": dualpi2()}
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int | None) -> float:
-    """utime + stime of a process, seconds (from /proc/PID/stat)."""
-    if pid is None:
-        return float("nan")
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def ratio(a: float, b: float) -> str:
@@ -79,20 +63,6 @@ def ratio(a: float, b: float) -> str:
 
 
 # --------------------------------------------------------------- rate ---
-
-
-class SkipReceiver(ef.Receiver):
-    """``linkemu-probe recv`` whose steady rate leaves out *skip_s* at both ends."""
-
-    def __init__(self, topo: Topology, port: int, skip_s: float) -> None:
-        argv = [str(ef.PROBE), "recv", "--bind", f"{topo.server_addr}:{port}", "--idle-s", "1.0",
-                "--skip-s", str(skip_s)]
-        self.proc = subprocess.Popen(nsenter_argv(topo.server, argv), stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if '"ready"' not in line:
-            self.proc.kill()
-            raise RuntimeError(f"linkemu-probe recv did not start: {line!r}")
 
 
 def bench_rate(topo: Topology, rates: list[float], seconds: float) -> bool:
@@ -109,8 +79,8 @@ def bench_rate(topo: Topology, rates: list[float], seconds: float) -> bool:
             cfg = emulator_config(topo.client_ifs, topo.server_if, uplink=link(rate, 1, qdisc=q),
                                   downlink=link(None, 1), interval_ms=250)
             with Emulator(topo.router, cfg) as emu:
-                rcv = SkipReceiver(topo, port, 3.0)
-                ef.send(topo, port, seconds + 3, rate_mbit=1.2 * rate, background=True)
+                rcv = lp.Receiver(topo, port, skip_s=3.0)
+                lp.send(topo, port, seconds + 3, rate_mbit=1.2 * rate, background=True)
                 got[name] = rcv.result().get("rate_mbit_steady") or float("nan")
             port += 1
             assert emu.summary is not None
@@ -124,7 +94,7 @@ def bench_rate(topo: Topology, rates: list[float], seconds: float) -> bool:
         if dips:
             verdict = "n/a (the sender dipped below the rate)"
         else:
-            ok = abs(r - 1) <= 0.01 and abs(got["dualpi2"] / rate - 1) <= ef.RATE_TARGET
+            ok = abs(r - 1) <= 0.01 and abs(got["dualpi2"] / rate - 1) <= lp.RATE_TARGET
             ok_all &= ok
             verdict = "PASS" if ok else "FAIL"
         print(f"{rate:8.1f} M {got['pfifo']:7.2f} M {got['dualpi2']:7.2f} M {r:6.3f} {drops['pfifo']:>11} "
@@ -133,27 +103,6 @@ def bench_rate(topo: Topology, rates: list[float], seconds: float) -> bool:
 
 
 # -------------------------------------------------------------- delay ---
-
-
-def delay_run(topo: Topology, q: dict[str, Any], delay_ms: float, count: int, loaded: bool,
-              port: int) -> tuple[list[float], float]:
-    cfg = emulator_config(topo.client_ifs, topo.server_if, uplink=link(None, delay_ms, qdisc=q),
-                          downlink=link(None, delay_ms))
-    with tempfile.TemporaryDirectory() as tmp, Emulator(topo.router, cfg) as emu:
-        dump = Path(tmp) / "owd.txt"
-        bg_rcv = bg = None
-        if loaded:
-            bg_rcv = ef.Receiver(topo, port + 1)
-            bg = ef.send(topo, port + 1, count / 1000 + 2, rate_mbit=100, wait=False, background=True)
-        rcv = ef.Receiver(topo, port, dump)
-        ef.send(topo, port, count / 1000, pps=1000, size=64, probe=True)
-        rcv.result()
-        if bg is not None and bg_rcv is not None:
-            bg.communicate(timeout=60)
-            bg_rcv.result()
-        owd = [float(x) for x in dump.read_text().split()]
-    assert emu.summary is not None
-    return [abs(x - delay_ms * 1000) for x in owd], emu.summary["io"]["tx_lateness_us"]["p99"]
 
 
 def bench_delay(topo: Topology, delays_ms: list[float], count: int, repeat: int) -> bool:
@@ -169,17 +118,18 @@ def bench_delay(topo: Topology, delays_ms: list[float], count: int, repeat: int)
             for name, q in QDISCS.items():
                 runs = []
                 for _ in range(repeat):
-                    err, late = delay_run(topo, q, dm, count, loaded, port)
+                    owd, late = lp.delay_run(topo, dm, count, loaded, port, qdisc=q)
                     port += 2
+                    err = [abs(x - dm * 1000) for x in owd]
                     if len(err) < 0.99 * count:
-                        runs.append((float("inf"), float("inf"), late))
+                        runs.append((float("inf"), float("inf"), late["p99"]))
                     else:
-                        runs.append((ef.pct(err, 50), ef.pct(err, 99), late))
+                        runs.append((lp.pct(err, 50), lp.pct(err, 99), late["p99"]))
                 runs.sort(key=lambda x: x[1])
                 res[name] = runs[len(runs) // 2]
-            ok = res["pfifo"][1] < ef.DELAY_TARGET_US and res["dualpi2"][1] < ef.DELAY_TARGET_US
+            ok = res["pfifo"][1] < lp.DELAY_TARGET_US and res["dualpi2"][1] < lp.DELAY_TARGET_US
             ok_all &= ok
-            label = f"{dm:g} ms {'+100M UDP' if loaded else 'idle'}"
+            label = f"{dm:g} ms {f'+{lp.LOAD_MBIT:g}M UDP' if loaded else 'idle'}"
             p, d = res["pfifo"], res["dualpi2"]
             print(f"{label:>22} {p[0]:7.0f}us {p[1]:5.0f}us {p[2]:5.0f}us {d[0]:9.0f}us {d[1]:5.0f}us "
                   f"{d[2]:5.0f}us {ratio(d[1], p[1]):>9}  {'PASS' if ok else 'FAIL'}")
@@ -198,11 +148,11 @@ def queue_run(topo: Topology, q: dict[str, Any], tos: int, seconds: float, port:
                           downlink=link(None, delay), interval_ms=250)
     with tempfile.TemporaryDirectory() as tmp, Emulator(topo.router, cfg) as emu:
         dump = Path(tmp) / "owd.txt"
-        bg_rcv = ef.Receiver(topo, port + 1)
-        bg = ef.send(topo, port + 1, WARM_S + seconds + 1, rate_mbit=1.2 * rate, wait=False, background=True)
+        bg_rcv = lp.Receiver(topo, port + 1)
+        bg = lp.send(topo, port + 1, WARM_S + seconds + 1, rate_mbit=1.2 * rate, wait=False, background=True)
         time.sleep(WARM_S)  # let the queue (and the PI) settle before probing
-        rcv = ef.Receiver(topo, port, dump)
-        probe = _send_tos(topo, port, seconds, tos)
+        rcv = lp.Receiver(topo, port, dump)
+        probe = lp.send_probes(topo, port, seconds, tos)
         rcv.result()
         bg.communicate(timeout=60)
         bg_rcv.result()
@@ -226,15 +176,6 @@ def queue_run(topo: Topology, q: dict[str, Any], tos: int, seconds: float, port:
             "late": emu.summary["io"]["tx_lateness_us"]["p99"]}
 
 
-def _send_tos(topo: Topology, port: int, seconds: float, tos: int) -> Any:
-    """64-byte probes at 1000/s with IP TOS *tos*, SCHED_FIFO like ef.send(probe=True)."""
-    argv = [str(ef.PROBE), "send", "--to", f"{topo.server_addr}:{port}", "--size", "64", "--pps", "1000",
-            "--duration-s", str(seconds), "--tos", str(tos)]
-    out = subprocess.run(nsenter_argv(topo.clients[0], ["chrt", "-f", "5", *argv]), capture_output=True,
-                         text=True, timeout=seconds + 30, check=True).stdout
-    return json.loads(out)
-
-
 def bench_queue(topo: Topology, seconds: float) -> bool:
     print("\n== queue delay under overload: 50 Mbit/s + 5 ms, 60 Mbit/s unresponsive UDP (Not-ECT) "
           "+ 64-byte probes at 1000/s ==")
@@ -250,7 +191,7 @@ def bench_queue(topo: Topology, seconds: float) -> bool:
             r = queue_run(topo, q, tos, seconds, port)
             port += 2
             owd = r["owd"]
-            mean, p50, p99 = sum(owd) / max(1, len(owd)), ef.pct(owd, 50), ef.pct(owd, 99)
+            mean, p50, p99 = sum(owd) / max(1, len(owd)), lp.pct(owd, 50), lp.pct(owd, 99)
             res[(name, probe_name)] = mean
             soj = r["soj"]
             diff = mean - soj["mean"]
@@ -280,57 +221,30 @@ def bench_max(topo: Topology, offered: list[float], seconds: float) -> None:
     for off in offered:
         cost: dict[str, float] = {}
         for name, q in QDISCS.items():
-            cfg = emulator_config(topo.client_ifs, topo.server_if, uplink=link(None, 5, qdisc=q),
-                                  downlink=link(None, 5))
-            with Emulator(topo.router, cfg) as emu:
-                c0 = cpu_s(emu.pid)
-                rcv = ef.Receiver(topo, port)
-                sent = ef.send(topo, port, seconds, rate_mbit=off)
-                got = rcv.result()
-                c1 = cpu_s(emu.pid)
+            f = lp.forward_run(topo, off, seconds, port, qdisc=q)
             port += 1
-            assert emu.summary is not None
-            io = emu.summary["io"]
-            pkts = max(1, emu.summary["uplink"]["packets_out"] + emu.summary["downlink"]["packets_out"])
-            cost[name] = (c1 - c0) * 1e6 / pkts
-            delivered = got.get("rate_mbit_steady") or 0.0
-            loss = got.get("lost", 0) / max(1, sent["packets"])
-            late = io["tx_lateness_us"]["p99"]
-            ok = delivered >= 0.98 * sent["rate_mbit"] and late < 1000 and io["rx_socket_drops"] == 0 and loss < 0.01
+            cost[name] = f.cpu_us_per_pkt
             rr = ratio(cost["dualpi2"], cost["pfifo"]) if name == "dualpi2" else ""
-            print(f"{off:6.0f} M {name:>8} {delivered:8.1f} M {loss * 100:5.1f}% {late:7.0f} us "
-                  f"{cost[name]:8.2f}   {rr:>9}  {'keeps up' if ok else 'falls behind'}")
+            print(f"{off:6.0f} M {name:>8} {f.delivered_mbit:8.1f} M {f.loss * 100:5.1f}% {f.late_p99_us:7.0f} us "
+                  f"{cost[name]:8.2f}   {rr:>9}  {'keeps up' if f.keeps_up else 'falls behind'}")
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="shorter runs, fewer points")
-    ap.add_argument("--only", default="rate,delay,queue,max", help="subset of rate,delay,queue,max")
-    ap.add_argument("--repeat", type=int, default=None, help="runs per delay point (default 3, --quick 1)")
-    args = ap.parse_args()
-    for b in (binary_path(), ef.PROBE):
-        if not b.is_file():
-            print(f"{b} is not built; run scripts/setup.sh", file=sys.stderr)
-            return 2
-    only = set(args.only.split(","))
+    args = lp.bench_args(__doc__, "rate,delay,queue,max")
+    if lp.missing_binaries():
+        return 2
     rates = [50, 100] if args.quick else [10, 50, 100, 200]
     delays = [5] if args.quick else [1, 5, 20]
     count = 3000 if args.quick else 5000
-    repeat = args.repeat or (1 if args.quick else 3)
+    repeat = args.repeat
     offered = [100, 300] if args.quick else [100, 200, 300, 500]
     seconds = 4 if args.quick else 6
-    results = {}
-    with Topology(1) as topo:
-        if "rate" in only:
-            results["rate"] = bench_rate(topo, rates, seconds)
-        if "delay" in only:
-            results["delay"] = bench_delay(topo, delays, count, repeat)
-        if "queue" in only:
-            results["queue"] = bench_queue(topo, seconds)
-        if "max" in only:
-            bench_max(topo, offered, seconds)
-    print("\n" + ", ".join(f"{k}: {'PASS' if v else 'FAIL'}" for k, v in results.items()))
-    return 0 if all(results.values()) else 1
+    return lp.run_parts(args.only, {
+        "rate": lambda topo: bench_rate(topo, rates, seconds),
+        "delay": lambda topo: bench_delay(topo, delays, count, repeat),
+        "queue": lambda topo: bench_queue(topo, seconds),
+        "max": lambda topo: bench_max(topo, offered, seconds),
+    })
 
 
 if __name__ == "__main__":

@@ -35,73 +35,26 @@ are printed.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
-from typing import Any
 
-from ccswitch.testbed.emulator import CRATE_DIR, Emulator, binary_path, emulator_config, link
-from ccswitch.testbed.netns import nsenter_argv
+from _linkemu_probe import (
+    DELAY_TARGET_US,
+    LOAD_MBIT,
+    PAYLOAD,
+    RATE_TARGET,
+    Receiver,
+    bench_args,
+    delay_run,
+    forward_run,
+    missing_binaries,
+    pct,
+    run_parts,
+    send,
+)
+
+from ccswitch.testbed.emulator import Emulator, emulator_config, link
 from ccswitch.testbed.topology import Topology
-
-PROBE = CRATE_DIR / "target" / "release" / "linkemu-probe"
-PAYLOAD = 1400
-RATE_TARGET = 0.02
-DELAY_TARGET_US = 200.0
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
-
-
-class Receiver:
-    """``linkemu-probe recv`` in the server namespace."""
-
-    def __init__(self, topo: Topology, port: int, dump: Path | None = None) -> None:
-        argv = [str(PROBE), "recv", "--bind", f"{topo.server_addr}:{port}", "--idle-s", "1.0"]
-        if dump is not None:
-            argv += ["--dump", str(dump)]
-        self.proc = subprocess.Popen(nsenter_argv(topo.server, argv), stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if '"ready"' not in line:
-            self.proc.kill()
-            raise RuntimeError(f"linkemu-probe recv did not start: {line!r}")
-
-    def result(self, timeout: float = 30) -> dict[str, Any]:
-        out, _ = self.proc.communicate(timeout=timeout)
-        return json.loads(out.strip().splitlines()[-1])
-
-
-def send(topo: Topology, port: int, seconds: float, *, rate_mbit: float | None = None,
-         pps: float | None = None, size: int = PAYLOAD, wait: bool = True, background: bool = False,
-         probe: bool = False) -> Any:
-    """``linkemu-probe send`` in the client namespace.
-
-    *background*: pace in 1-ms steps (sleeping), so the load does not hog a CPU.
-    *probe*: run SCHED_FIFO (priority 5, below linkemu's 10) so the probe is
-    not preempted between taking its send timestamp and sending, which on a
-    loaded 2-core machine would add milliseconds that are not the emulator's.
-    """
-    argv = [str(PROBE), "send", "--to", f"{topo.server_addr}:{port}", "--size", str(size),
-            "--duration-s", str(seconds)]
-    argv += ["--rate-mbit", str(rate_mbit)] if rate_mbit is not None else ["--pps", str(pps)]
-    if background:
-        argv += ["--batch-us", "1000"]
-    if probe:
-        argv = ["chrt", "-f", "5", *argv]
-    proc = subprocess.Popen(nsenter_argv(topo.clients[0], argv), stdout=subprocess.PIPE, text=True)
-    if not wait:
-        return proc
-    out, _ = proc.communicate(timeout=seconds + 30)
-    return json.loads(out)
 
 
 def emulator_rate(emu: Emulator) -> float:
@@ -140,27 +93,6 @@ def bench_rate(topo: Topology, rates: list[float], seconds: float) -> bool:
 # -------------------------------------------------------------- delay ---
 
 
-def delay_run(topo: Topology, delay_ms: float, count: int, loaded: bool, port: int) -> tuple[list[float], dict]:
-    cfg = emulator_config(topo.client_ifs, topo.server_if, uplink=link(None, delay_ms),
-                          downlink=link(None, delay_ms))
-    with tempfile.TemporaryDirectory() as tmp, Emulator(topo.router, cfg) as emu:
-        dump = Path(tmp) / "owd.txt"
-        bg_rcv = bg = None
-        if loaded:
-            bg_rcv = Receiver(topo, port + 1)
-            bg = send(topo, port + 1, count / 1000 + 2, rate_mbit=100, wait=False, background=True)
-        rcv = Receiver(topo, port, dump)
-        send(topo, port, count / 1000, pps=1000, size=64, probe=True)
-        rcv.result()
-        if bg is not None and bg_rcv is not None:
-            bg.communicate(timeout=60)
-            bg_rcv.result()
-        owd = [float(x) for x in dump.read_text().split()]
-    assert emu.summary is not None
-    io = emu.summary["io"]
-    return owd, {**io["tx_lateness_us"], "send_us": io["send_us"]}
-
-
 def bench_delay(topo: Topology, delays_ms: list[float], count: int, repeat: int) -> bool:
     print(f"\n== delay: configured vs measured one-way delay (64-byte probes, 1000/s, {count} per run) ==")
     if repeat > 1:
@@ -172,7 +104,7 @@ def bench_delay(topo: Topology, delays_ms: list[float], count: int, repeat: int)
         base, _ = delay_run(topo, 0.0, count, loaded, port)
         port += 2
         b50 = statistics.median(base)
-        label = "with 100 Mbit/s of UDP on the same path" if loaded else "idle"
+        label = f"with {LOAD_MBIT:g} Mbit/s of UDP on the same path" if loaded else "idle"
         print(f"-- {label}: base path (delay 0) p50 {b50:.0f} us, p99 {pct(base, 99):.0f} us")
         print(f"{'configured':>10} {'meas p50':>10} {'meas p99':>10} {'err p50':>8} {'err p99':>8} "
               f"{'|err| p99':>9} {'corr p99':>9} {'emu late p99':>12}  verdict")
@@ -203,61 +135,37 @@ def bench_delay(topo: Topology, delays_ms: list[float], count: int, repeat: int)
 # ----------------------------------------------------------- max rate ---
 
 
-def bench_max(topo: Topology, offered: list[float], seconds: float) -> float:
+def bench_max(topo: Topology, offered: list[float], seconds: float) -> None:
     print("\n== max forwarding rate: unlimited link, 5 ms delay, UDP 1428-byte packets ==")
     print(f"{'offered':>8} {'sent':>8} {'delivered':>10} {'kpps':>6} {'loss':>6} {'late p99':>9} "
           f"{'sock drops':>10}  verdict")
     best = 0.0
     for i, off in enumerate(offered):
-        cfg = emulator_config(topo.client_ifs, topo.server_if, uplink=link(None, 5), downlink=link(None, 5))
-        with Emulator(topo.router, cfg) as emu:
-            rcv = Receiver(topo, 6300 + i)
-            sent = send(topo, 6300 + i, seconds, rate_mbit=off)
-            got = rcv.result()
-        assert emu.summary is not None
-        io = emu.summary["io"]
-        delivered = got.get("rate_mbit_steady") or 0.0
-        loss = got.get("lost", 0) / max(1, sent["packets"])
-        late = io["tx_lateness_us"]["p99"]
-        ok = delivered >= 0.98 * sent["rate_mbit"] and late < 1000 and io["rx_socket_drops"] == 0 and loss < 0.01
-        if ok:
-            best = max(best, delivered)
-        kpps = delivered * 1e6 / 8 / (PAYLOAD + 28) / 1000
-        note = "" if sent["rate_mbit"] >= 0.97 * off else " (the sender fell short of the offered rate)"
-        print(f"{off:6.0f} M {sent['rate_mbit']:6.1f} M {delivered:8.1f} M {kpps:6.1f} {loss * 100:5.1f}% "
-              f"{late:7.0f} us {io['rx_socket_drops']:10d}  {'keeps up' if ok else 'falls behind'}{note}")
+        f = forward_run(topo, off, seconds, 6300 + i)
+        if f.keeps_up:
+            best = max(best, f.delivered_mbit)
+        note = "" if f.sent_mbit >= 0.97 * off else " (the sender fell short of the offered rate)"
+        print(f"{off:6.0f} M {f.sent_mbit:6.1f} M {f.delivered_mbit:8.1f} M {f.kpps:6.1f} {f.loss * 100:5.1f}% "
+              f"{f.late_p99_us:7.0f} us {f.socket_drops:10d}  {'keeps up' if f.keeps_up else 'falls behind'}{note}")
     print(f"highest rate forwarded without falling behind: {best:.0f} Mbit/s "
           f"({best * 1e6 / 8 / (PAYLOAD + 28) / 1000:.1f} kpps of 1428-byte packets)")
-    return best
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="shorter runs, fewer points")
-    ap.add_argument("--only", default="rate,delay,max", help="comma-separated subset of rate,delay,max")
-    ap.add_argument("--repeat", type=int, default=None, help="runs per delay point (default 3, --quick 1)")
-    args = ap.parse_args()
-    for b in (binary_path(), PROBE):
-        if not b.is_file():
-            print(f"{b} is not built; run scripts/setup.sh", file=sys.stderr)
-            return 2
-    only = set(args.only.split(","))
+    args = bench_args(__doc__, "rate,delay,max")
+    if missing_binaries():
+        return 2
     rates = [10, 50, 100] if args.quick else [10, 50, 100, 200, 300]
     delays = [1, 20] if args.quick else [1, 5, 20, 50]
     count = 3000 if args.quick else 5000
-    repeat = args.repeat or (1 if args.quick else 3)
+    repeat = args.repeat
     offered = [100, 300, 600] if args.quick else [100, 200, 300, 400, 500, 600, 800]
     seconds = 4 if args.quick else 6
-    results = {}
-    with Topology(1) as topo:
-        if "rate" in only:
-            results["rate"] = bench_rate(topo, rates, seconds)
-        if "delay" in only:
-            results["delay"] = bench_delay(topo, delays, count, repeat)
-        if "max" in only:
-            bench_max(topo, offered, seconds)
-    print("\n" + ", ".join(f"{k}: {'PASS' if v else 'FAIL'}" for k, v in results.items()))
-    return 0 if all(results.values()) else 1
+    return run_parts(args.only, {
+        "rate": lambda topo: bench_rate(topo, rates, seconds),
+        "delay": lambda topo: bench_delay(topo, delays, count, repeat),
+        "max": lambda topo: bench_max(topo, offered, seconds),
+    })
 
 
 if __name__ == "__main__":
