@@ -101,7 +101,11 @@ def set_default(ns: str | None, cca: str) -> None:
 
 
 def _in_init_netns() -> bool:
-    return os.stat("/proc/thread-self/ns/net").st_ino == os.stat("/proc/1/ns/net").st_ino
+    """Whether the calling thread is in the initial network namespace (False if unknown)."""
+    try:
+        return os.stat("/proc/thread-self/ns/net").st_ino == os.stat("/proc/1/ns/net").st_ino
+    except OSError:  # /proc/1/ns is not readable from every namespace
+        return False
 
 
 def make_default(ns: str | None, name: str = NAME) -> str:

@@ -584,6 +584,7 @@ def run_once(sc: Scenario, run_dir: Path, *, seed: int = 1, label: str = "run",
         else:
             server_addr, client_ns, servers = external.server_addr, dict.fromkeys(clients), {}
             meta["topology"] = {"server_addr": server_addr, "clients_here": clients}
+            _prague_default_here(flows, stack)
         monitors = _start_monitors(sc, flows, client_ns, clock, stack, run_dir)
         meta["pcc"] = {f"C{m.client}": m.pcc_source for m in monitors}
         if external is not None and external.start_at is not None:
@@ -667,6 +668,38 @@ def _prague_defaults(flows: Sequence[Flow], topo: Topology, stack: contextlib.Ex
     make_default(topo.server)
     for client in sorted({f.client for f in prague}):
         make_default(topo.clients[client - 1])
+
+
+def _prague_default_here(flows: Sequence[Flow], stack: contextlib.ExitStack) -> None:
+    """External mode: register Prague and make it this host's default CCA while the run lasts.
+
+    The same reason as _prague_defaults (ECN is negotiated in the handshake,
+    iperf3 sets -C only after connect()).  The host's previous default comes
+    back when the run ends, also on errors, before Prague's registration goes:
+    a default holds a reference on the algorithm, so the host would otherwise
+    keep an unregistered prague for every new socket.  This host's flows must
+    then all be prague (one default per host).  The server's listeners are not
+    this host's: testbed/l4s/README.md has the server side.
+    """
+    if not any(f.cca == "prague" for f in flows):
+        return
+    others = sorted({f.cca for f in flows if f.cca != "prague"})
+    if others:
+        raise RunError(f"this host runs prague and {', '.join(others)} flows: prague becomes the host's default "
+                       f"CCA (so that ECN is negotiated); run the prague clients on a host of their own (--client N)")
+    from ccswitch.bpf.prague import ensure_prague, make_default, set_default
+
+    try:
+        handle = ensure_prague()
+    except Exception as e:
+        raise RunError(f"cannot register prague on this host ({e}); run as root after scripts/setup.sh "
+                       f"(or load a tcp_prague module)") from e
+    stack.callback(handle.close)
+    try:
+        previous = make_default(None)
+    except (OSError, RuntimeError) as e:
+        raise RunError(f"cannot make prague this host's default CCA: {e}") from e
+    stack.callback(set_default, None, previous)
 
 
 def _start_monitors(sc: Scenario, flows: Sequence[Flow], client_ns: dict[int, str | None], clock: Clock,
