@@ -139,3 +139,46 @@ def make_default(ns: str | None, name: str = NAME) -> str:
     previous = default_cca(ns)
     set_default(ns, name)
     return previous
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m ccswitch.bpf.prague [--default]`: keep prague registered until SIGINT/SIGTERM.
+
+    For hosts the testbed runner does not run on, e.g. the server of a real
+    L4S test bed, whose listeners must run prague to accept AccECN
+    (testbed/l4s/README.md).  --default also makes it this host's default
+    CCA, and restores the previous one on exit.
+    """
+    import argparse
+    import signal
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m ccswitch.bpf.prague", description=main.__doc__)
+    ap.add_argument("--default", action="store_true", help="also make prague this host's default CCA")
+    args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        handle = ensure_prague()
+    except Exception as e:
+        print(f"prague: error: cannot register prague ({e}); run as root after scripts/setup.sh", file=sys.stderr)
+        return 1
+    previous: str | None = None
+    try:
+        previous = make_default(None) if args.default else None
+        print(f"prague registered ({handle.source})" + (f", host default (was {previous})" if previous else "")
+              + "; Ctrl-C to stop", flush=True)
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    except RuntimeError as e:
+        print(f"prague: error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if previous is not None:
+            set_default(None, previous)
+        handle.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

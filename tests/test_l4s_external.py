@@ -74,3 +74,24 @@ def test_external_host_mixing_prague_and_cubic_is_refused_in_one_line(bottleneck
     err = cp.stderr.strip()
     assert "\n" not in err and "--client" in err and "prague" in err, err
     assert default_cca(bn.sender) == before
+
+
+@pytest.mark.bottleneck(rate_mbit=50)
+def test_server_side_prague_holder_sets_and_restores_the_default(bottleneck) -> None:
+    """`python -m ccswitch.bpf.prague --default` (the real server's step in
+    testbed/l4s/README.md) makes prague the host's default while it runs and
+    restores the old default when stopped with SIGTERM (exit 0)."""
+    ns = bottleneck.receiver
+    before = default_cca(ns)
+    proc = subprocess.Popen(nsenter_argv(ns, [sys.executable, "-m", "ccswitch.bpf.prague", "--default"]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "prague registered" in line, (line, proc.stderr.read() if proc.poll() is not None else "")
+        assert default_cca(ns) == "prague"
+    finally:
+        proc.terminate()
+        rc = proc.wait(timeout=10)
+    assert rc == 0, proc.stderr.read() if proc.stderr else rc
+    assert default_cca(ns) == before
