@@ -37,10 +37,9 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
-from .netns import LiveHandles, popen_in, stop_process
+from .netns import LiveHandles, Resource, popen_in, stop_process
 
 __all__ = [
     "CRATE_DIR",
@@ -134,7 +133,7 @@ def emulator_config(
     }
 
 
-class Emulator:
+class Emulator(Resource):
     """linkemu running in namespace *router_ns* with *config* (a dict, see :func:`emulator_config`).
 
     Parameters:
@@ -175,19 +174,17 @@ class Emulator:
 
     # -- lifecycle --
 
-    def __enter__(self) -> Emulator:
+    def open(self) -> None:
         self.start()
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
+    def close(self) -> None:
+        self.kill()
+
+    def leave(self, failed: bool) -> None:
+        """Stop and read the outputs; when the block failed, keep its exception (stop if we can, then kill)."""
+        if not failed:
             self.stop()
-        else:  # keep the original exception; still stop cleanly if we can
+        else:
             with contextlib.suppress(Exception):
                 self.stop()
             self.kill()

@@ -25,10 +25,9 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import IO, Any
 
-from .netns import LiveHandles, entered, popen_in, stop_process
+from .netns import LiveHandles, Resource, entered, popen_in, stop_process
 
 __all__ = [
     "DEFAULT_PORT",
@@ -158,7 +157,7 @@ def parse_result(data: dict[str, Any]) -> IperfResult:
 
 # ----------------------------------------------------------------- process ---
 
-class _Proc:
+class _Proc(Resource):
     """An iperf3 process in a namespace with stdout/stderr in temporary files."""
 
     def __init__(self, ns: str, argv: list[str]) -> None:
@@ -213,17 +212,6 @@ class _Proc:
         self._out.close()
         self._err.close()
         _live.discard(self)
-
-    def __enter__(self) -> _Proc:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 _live: LiveHandles[_Proc] = LiveHandles(_Proc.close)
@@ -308,9 +296,6 @@ class IperfServer(_Proc):
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired as e:
             raise IperfError(f"iperf3 server on port {self.port} still running") from e
-
-    def __enter__(self) -> IperfServer:
-        return self
 
 
 def start_server(
@@ -426,9 +411,6 @@ class IperfFlow(_Proc):
 
     def _desc(self) -> str:
         return f"{self.ns} -> {self.server_addr}:{self.port} ({self.cca or 'default'})"
-
-    def __enter__(self) -> IperfFlow:
-        return self
 
 
 def _num(x: float) -> str:

@@ -23,8 +23,9 @@ Everything here needs root.  The building blocks:
   is dead (a crashed or SIGKILLed test run).
 * The pieces every namespace or process owner of the testbed shares:
   :func:`create_netns_group` / :func:`delete_netns_all` (one ``ccs-ID-*`` set),
-  :func:`wait_oper_up`, :func:`stop_process` (SIGTERM, grace, SIGKILL) and
-  :class:`LiveHandles` (what is still open at interpreter exit gets closed).
+  :func:`wait_oper_up`, :func:`stop_process` (SIGTERM, grace, SIGKILL),
+  :class:`LiveHandles` (what is still open at interpreter exit gets closed)
+  and :class:`Resource` (the ``with`` protocol over open/close).
 
 Ownership: before a namespace is created, ``/run/ccswitch/netns/<name>.owner``
 records the creating process (PID and its start time, so a recycled PID does not
@@ -34,6 +35,7 @@ collide.
 
 from __future__ import annotations
 
+import abc
 import atexit
 import contextlib
 import ctypes
@@ -50,7 +52,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from pyroute2 import IPRoute
 from pyroute2 import netns as _pr_netns
@@ -63,6 +65,7 @@ __all__ = [
     "Bottleneck",
     "LiveHandles",
     "NetnsError",
+    "Resource",
     "cleanup_leftovers",
     "clear_qdisc",
     "create_netns",
@@ -107,6 +110,37 @@ CLONE_NEWNET = 0x40000000
 
 class NetnsError(RuntimeError):
     """A namespace operation failed."""
+
+
+class Resource(abc.ABC):
+    """Base of the testbed's context managers (namespace sets, processes).
+
+    ``with X(...) as x`` calls :meth:`open` on entry and :meth:`leave` on exit,
+    also through an exception; :meth:`leave` closes by default.
+    """
+
+    def open(self) -> None:  # noqa: B027 (optional hook: most acquire in open, processes in __init__)
+        """Acquire what the handle holds (default: nothing, the constructor did)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release everything (idempotent)."""
+
+    def leave(self, failed: bool) -> None:
+        """End of the ``with`` block; *failed*: it is being left through an exception."""
+        self.close()
+
+    def __enter__(self) -> Self:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.leave(exc_type is not None)
 
 
 _H = TypeVar("_H")
@@ -576,7 +610,7 @@ def _sigint_deferred() -> Iterator[None]:
                 os.kill(os.getpid(), signal.SIGINT)
 
 
-class Bottleneck:
+class Bottleneck(Resource):
     """Sender and receiver namespaces joined by a veth pair with a tbf bottleneck.
 
     Topology (``ID`` is 6 random hex digits, ``A.B.C`` a random 10/8 subnet)::
@@ -641,18 +675,6 @@ class Bottleneck:
         self._closed = False
 
     # -- lifecycle --
-
-    def __enter__(self) -> Bottleneck:
-        self.open()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def open(self) -> None:
         """Create the namespaces, veth pair, addresses and qdisc."""

@@ -28,7 +28,6 @@ import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 
 from pyroute2 import IPRoute
 
@@ -36,6 +35,7 @@ from .netns import (
     PREFIX,
     LiveHandles,
     NetnsError,
+    Resource,
     _sigint_deferred,
     create_netns_group,
     delete_netns_all,
@@ -110,7 +110,7 @@ def _sysctl(ns: str, key: str, value: str) -> None:
         Path("/proc/sys", *key.split(".")).write_text(value + "\n")
 
 
-class Topology:
+class Topology(Resource):
     """Client, router and server namespaces joined by veth pairs (see module doc).
 
     Attributes after :meth:`open`: ``id``, ``clients`` (namespace per client, in
@@ -141,14 +141,6 @@ class Topology:
     @property
     def namespaces(self) -> list[str]:
         return list(self._created)
-
-    def __enter__(self) -> Topology:
-        self.open()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def open(self) -> None:
         if self._created:
