@@ -15,11 +15,11 @@ unit stays the one definition: a capability added to or removed from it changes 
 
 Both check that nothing is left behind (`leftovers`): no BPF link created while the daemon ran
 that no live process holds, no congestion control registered by a struct_ops map of that time
-without a link, no new pin in /sys/fs/bpf, and (first test) none of the links and struct_ops maps
-the daemon held while running.  Other tests and daemons run concurrently on this machine, so
-objects are attributed by id range (ids only grow) and by their holders in /proc/*/fdinfo.  The
-kernel frees a closed link after an RCU grace period and a struct_ops map when the last socket
-running it is destroyed (the iperf3 client has exited by then), so the check polls for up to 5 s.
+without a link, no new pin in /sys/fs/bpf, and (first test) none of the links the daemon held
+while running (monitor, iterators, PCC's struct_ops link).  Other tests and daemons run
+concurrently on this machine, so objects are attributed by id range (ids only grow) and by their
+holders in /proc/*/fdinfo.  The kernel frees a closed link after an RCU grace period, so the
+check polls for up to 5 s (it normally passes at once).
 
 Timing tolerances: the daemon decides every 0.2 s tick (static policy, 2 consecutive decisions,
 1 s dwell), so the switch to cubic is due ~1.5 s after the flow is 0.5 s old; the 20 s wait
@@ -90,8 +90,10 @@ def proc_caps(pid: int) -> dict[str, int]:
             for k, v in re.findall(r"^(Cap\w+|NoNewPrivs):\s+(\S+)$", text, re.M)}
 
 
-def bpftool_path() -> str | None:
-    return shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool",) if os.access(p, os.X_OK)), None)
+def bpftool_runs() -> bool:
+    """bpftool on PATH and working (Ubuntu's /usr/sbin/bpftool wrapper fails without linux-tools-$(uname -r))."""
+    return shutil.which("bpftool") is not None and subprocess.run(
+        ["bpftool", "version"], capture_output=True, check=False).returncode == 0
 
 
 @pytest.fixture
@@ -100,7 +102,7 @@ def caps(require: Callable[[bool, str], None]) -> list[str]:
     require(shutil.which("setpriv") is not None, "setpriv (util-linux) is not installed (run scripts/setup.sh)")
     helptext = subprocess.run(["setpriv", "--help"], capture_output=True, text=True, check=False).stdout
     require("--ambient-caps" in helptext, "setpriv has no --ambient-caps (needs util-linux >= 2.31)")
-    require(bpftool_path() is not None, "bpftool is not installed (run scripts/setup.sh)")
+    require(bpftool_runs(), "bpftool is not installed or does not run (run scripts/setup.sh)")
     wanted = unit_caps()
     bits = cap_bits()
     unknown = [c for c in wanted if c not in bits]
@@ -112,9 +114,9 @@ def caps(require: Callable[[bool, str], None]) -> list[str]:
 
 
 # ------------------------------------------------------------------ leak check
-def _bpftool_json(*args: str) -> list[dict]:
+def _bpftool_json(*args: str, check: bool = True) -> list[dict]:
     """bpftool -j output as a list (bpftool 7.1 prints `struct_ops dump` as objects without brackets)."""
-    cp = subprocess.run([bpftool_path() or "bpftool", "-j", *args], capture_output=True, text=True, check=False)
+    cp = subprocess.run(["bpftool", "-j", *args], capture_output=True, text=True, check=check)
     out = cp.stdout.strip()
     if cp.returncode != 0 or not out:
         return []
@@ -157,7 +159,7 @@ def _pins() -> set[str]:
 
 def _ops_name(map_id: int) -> str | None:
     """The congestion control name a struct_ops map carries ("pcc" for ccs_pcc)."""
-    for obj in _bpftool_json("struct_ops", "dump", "id", str(map_id)):
+    for obj in _bpftool_json("struct_ops", "dump", "id", str(map_id), check=False):  # it may be gone by now
         for key, val in obj.items():
             if key.startswith("bpf_struct_ops_") and isinstance(val, dict):
                 return val.get("data", {}).get("name")
@@ -180,7 +182,12 @@ def leftovers(base: dict[str, Any], owned: set[tuple[str, int]] = frozenset()) -
       held nor linked but whose algorithm is not registered is an unregistered copy kept by
       sockets still running it (README, "Restart and crash behaviour"): not a leak;
     * a new pin in /sys/fs/bpf;
-    * any of *owned* (objects the daemon held while it ran) still existing.
+    * any of *owned* (links the daemon held while it ran) still existing.
+
+    The struct_ops map of a PCC the daemon registered is not required to be gone: once its link
+    is closed the algorithm is unregistered, but the map was seen to stay for up to ~20 s after
+    the last socket that ran it had closed (the kernel frees it later); a leak would be a
+    registration without a link, which the second rule catches.
     """
     end = bpf_baseline()
     deadline = time.monotonic() + LEAK_POLL_S
@@ -206,7 +213,7 @@ def leftovers(base: dict[str, Any], owned: set[tuple[str, int]] = frozenset()) -
 
 
 def owned_by(pid: int) -> set[tuple[str, int]]:
-    """The BPF links and struct_ops maps process *pid* holds fds of."""
+    """The BPF links process *pid* holds fds of (monitor, iterators, PCC's struct_ops link)."""
     out = set()
     for fd in os.listdir(f"/proc/{pid}/fdinfo"):
         try:
@@ -216,15 +223,6 @@ def owned_by(pid: int) -> set[tuple[str, int]]:
         m = re.search(r"^link_id:\s+(\d+)$", info, re.M)
         if m:
             out.add(("link", int(m.group(1))))
-    struct_ops = {o["id"] for o in _bpftool_json("map", "list") if o.get("type") == "struct_ops"}
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
-        except OSError:
-            continue
-        m = re.search(r"^map_id:\s+(\d+)$", info, re.M)
-        if m and int(m.group(1)) in struct_ops and "link_id" not in info:
-            out.add(("map", int(m.group(1))))
     return out
 
 
