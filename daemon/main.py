@@ -218,7 +218,8 @@ class Daemon:
                     log.error("tick failed", extra={"fields": {"error": str(e), "consecutive": errors}})
                     if errors >= MAX_TICK_ERRORS:
                         raise RuntimeError(f"{errors} ticks in a row failed, last: {e}") from e
-                self.notifier.watchdog()
+                if self.cfg.daemon["watchdog"]:
+                    self.notifier.watchdog()
                 next_tick += ctl.tick_s
                 if next_tick < time.monotonic():  # overran: skip, do not burst
                     next_tick = time.monotonic() + ctl.tick_s
