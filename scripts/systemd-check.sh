@@ -123,7 +123,11 @@ deadline=$(( $(date +%s) + BOOT_TIMEOUT_S ))
 state=""
 while [ "$(date +%s)" -lt "$deadline" ]; do
     kill -0 "$NSPAWN_PID" 2>/dev/null || break
-    [ -z "$LEADER" ] && LEADER="$(cat "/proc/$NSPAWN_PID/task/$NSPAWN_PID/children" 2>/dev/null | awk '{print $1}')"
+    # the container's init: nspawn's child running systemd (an intermediate child exits early)
+    LEADER=""
+    for p in $(cat "/proc/$NSPAWN_PID/task/$NSPAWN_PID/children" 2>/dev/null); do
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = systemd ] && LEADER=$p && break
+    done
     if [ -n "$LEADER" ]; then
         state="$(in_ct systemctl is-system-running 2>/dev/null)"
         case "$state" in running | degraded) break ;; esac
