@@ -286,7 +286,7 @@ mod tests {
     use super::*;
     use crate::config::{Bernoulli, LossConfig, Pfifo, QdiscConfig};
     use crate::packet::{build, Ecn};
-    use crate::time::{NS_PER_MS, NS_PER_US};
+    use crate::time::{simulate, Simulated, NS_PER_MS, NS_PER_US};
 
     fn cfg(rate: Option<f64>, delay_ms: f64, limit: usize) -> LinkConfig {
         LinkConfig {
@@ -304,29 +304,27 @@ mod tests {
         Packet::from_frame(&build::ipv4_udp([2; 6], [4; 6], ip_len, Ecn::NotEct), t)
     }
 
+    /// Arrivals are (instant, ip_len).
+    impl Simulated for Link {
+        type Arrival = (Nanos, usize);
+        type Out = Out;
+        fn arrival_time(a: &(Nanos, usize)) -> Nanos {
+            a.0
+        }
+        fn next_event(&self) -> Option<Nanos> {
+            Link::next_event(self)
+        }
+        fn process(&mut self, now: Nanos, out: &mut Vec<Out>) {
+            Link::process(self, now, out)
+        }
+        fn arrive(&mut self, a: &(Nanos, usize), now: Nanos, out: &mut Vec<Out>) {
+            self.enqueue(pkt(a.1, now), now, out)
+        }
+    }
+
     /// Run a link in virtual time: packets (arrival, ip_len) in, events out.
     fn drive(link: &mut Link, arrivals: &[(Nanos, usize)], until: Nanos) -> Vec<Out> {
-        let mut out = vec![];
-        let mut i = 0;
-        loop {
-            let next_arrival = arrivals.get(i).map(|a| a.0);
-            let next_ev = link.next_event();
-            let t = match (next_arrival, next_ev) {
-                (Some(a), Some(e)) => a.min(e),
-                (Some(a), None) => a,
-                (None, Some(e)) => e,
-                (None, None) => break,
-            };
-            if t > until {
-                break;
-            }
-            link.process(t, &mut out);
-            while i < arrivals.len() && arrivals[i].0 == t {
-                link.enqueue(pkt(arrivals[i].1, t), t, &mut out);
-                i += 1;
-            }
-        }
-        out
+        simulate(link, arrivals, until)
     }
 
     fn departures(out: &[Out]) -> Vec<Nanos> {

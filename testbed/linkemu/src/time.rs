@@ -136,6 +136,47 @@ pub fn tx_time(bits: u64, bps: u64, carry: &mut u64) -> Nanos {
     t as Nanos
 }
 
+/// A component unit tests drive in virtual time with [`simulate`]: it has
+/// events of its own (`next_event`, handled by `process`) and takes timed
+/// arrivals (`arrive`).
+#[cfg(test)]
+pub(crate) trait Simulated {
+    type Arrival;
+    type Out;
+    fn arrival_time(a: &Self::Arrival) -> Nanos;
+    fn next_event(&self) -> Option<Nanos>;
+    fn process(&mut self, now: Nanos, out: &mut Vec<Self::Out>);
+    fn arrive(&mut self, a: &Self::Arrival, now: Nanos, out: &mut Vec<Self::Out>);
+}
+
+/// Run `s` in virtual time up to `until`: always jump to the earlier of its
+/// next event and the next arrival (sorted by time); at each instant its
+/// own events are processed before the arrivals of that instant.  Returns
+/// everything it emitted.
+#[cfg(test)]
+pub(crate) fn simulate<S: Simulated>(s: &mut S, arrivals: &[S::Arrival], until: Nanos) -> Vec<S::Out> {
+    let mut out = vec![];
+    let mut i = 0;
+    loop {
+        let next_arrival = arrivals.get(i).map(S::arrival_time);
+        let t = match (next_arrival, s.next_event()) {
+            (Some(a), Some(e)) => a.min(e),
+            (Some(a), None) => a,
+            (None, Some(e)) => e,
+            (None, None) => break,
+        };
+        if t > until {
+            break;
+        }
+        s.process(t, &mut out);
+        while i < arrivals.len() && S::arrival_time(&arrivals[i]) == t {
+            s.arrive(&arrivals[i], t, &mut out);
+            i += 1;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -641,7 +641,7 @@ mod tests {
     use super::*;
     use crate::config::{AccessDelay, Aggregation, ConstantDist, Pfifo, PhyOverheads, QdiscConfig, WifiClient};
     use crate::packet::{build, Ecn};
-    use crate::time::{NS_PER_MS, NS_PER_US};
+    use crate::time::{simulate, Simulated, NS_PER_MS, NS_PER_US};
 
     fn cfg(n: usize, phy: f64) -> WifiConfig {
         WifiConfig {
@@ -659,29 +659,27 @@ mod tests {
         p
     }
 
+    /// Arrivals are (instant, direction, client).
+    impl Simulated for Wifi {
+        type Arrival = (Nanos, Dir, usize);
+        type Out = (Dir, Out);
+        fn arrival_time(a: &(Nanos, Dir, usize)) -> Nanos {
+            a.0
+        }
+        fn next_event(&self) -> Option<Nanos> {
+            Wifi::next_event(self)
+        }
+        fn process(&mut self, now: Nanos, out: &mut Vec<(Dir, Out)>) {
+            Wifi::process(self, now, out)
+        }
+        fn arrive(&mut self, &(_, dir, c): &(Nanos, Dir, usize), now: Nanos, out: &mut Vec<(Dir, Out)>) {
+            self.enqueue(dir, c, pkt(c as u16, now), now, out)
+        }
+    }
+
     /// Drive the medium in virtual time with (t, dir, client) arrivals.
     fn drive(w: &mut Wifi, arrivals: &[(Nanos, Dir, usize)], until: Nanos) -> Vec<(Dir, Out)> {
-        let mut out = vec![];
-        let mut i = 0;
-        loop {
-            let a = arrivals.get(i).map(|x| x.0);
-            let t = match (a, w.next_event()) {
-                (Some(a), Some(e)) => a.min(e),
-                (Some(a), None) => a,
-                (None, Some(e)) => e,
-                (None, None) => break,
-            };
-            if t > until {
-                break;
-            }
-            w.process(t, &mut out);
-            while i < arrivals.len() && arrivals[i].0 == t {
-                let (_, dir, c) = arrivals[i];
-                w.enqueue(dir, c, pkt(c as u16, t), t, &mut out);
-                i += 1;
-            }
-        }
-        out
+        simulate(w, arrivals, until)
     }
 
     fn departures(out: &[(Dir, Out)]) -> Vec<(Dir, Nanos, u16)> {
