@@ -35,7 +35,9 @@ BPF_MAP_INFO_NAME_OFFSET = 24  # struct bpf_map_info: type, id, key_size, value_
 
 
 class BpfError(RuntimeError):
-    """A libbpf or bpf(2) failure, with a one-line explanation."""
+    """A libbpf or bpf(2) failure, with a one-line explanation (and the errno when there is one)."""
+
+    errno: int = 0
 
 
 def _load_libbpf() -> ctypes.CDLL:
@@ -131,7 +133,9 @@ def _err(what: str, code: int | None = None, hint: str = "") -> BpfError:
         msg += "; run as root (CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON)"
     elif hint:
         msg += f"; {hint}"
-    return BpfError(msg)
+    e = BpfError(msg)
+    e.errno = code
+    return e
 
 
 @dataclass

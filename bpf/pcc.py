@@ -13,11 +13,12 @@ Order of preference, so that loading is idempotent and never duplicates:
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ccswitch.bpf.libbpf import BPF_F_LINK, BpfObject, find_map_by_name
+from ccswitch.bpf.libbpf import BPF_F_LINK, BpfError, BpfObject, find_map_by_name
 from ccswitch.host import available_ccas
 
 OBJ_PATH = Path(__file__).with_name("pcc.bpf.o")
@@ -40,16 +41,27 @@ class PccHandle:
         self.seed_fd = None
 
 
+def _shared_pcc() -> PccHandle:
+    fd = find_map_by_name(SEED_MAP)
+    return PccHandle("ccswitch-shared" if fd is not None else "kernel", fd)
+
+
 def ensure_pcc(obj_path: Path = OBJ_PATH) -> PccHandle:
     if "pcc" in available_ccas():
-        fd = find_map_by_name(SEED_MAP)
-        return PccHandle("ccswitch-shared" if fd is not None else "kernel", fd)
+        return _shared_pcc()
     obj = BpfObject(obj_path)
     try:
         obj.set_map_flags(STRUCT_OPS_MAP, BPF_F_LINK)
         obj.load()
         obj.attach_struct_ops(STRUCT_OPS_MAP)
         return PccHandle("ccswitch", obj.map(SEED_MAP).fd, obj)
+    except BpfError as e:
+        obj.close()
+        # Registration is kernel-wide: another process (a daemon in another namespace)
+        # registered "pcc" between our check and our attach.  Use theirs.
+        if e.errno == errno.EEXIST and "pcc" in available_ccas():
+            return _shared_pcc()
+        raise
     except BaseException:
         obj.close()
         raise

@@ -128,11 +128,17 @@ class DataPlane:
         if self.pcc is None or "pcc" in available_ccas():
             return False
         assert self.switcher is not None
+        # The new registration first: if it fails, the old switcher stays (switches to
+        # pcc fail per socket, the others go on) and the caller retries next tick.
+        pcc = ensure_pcc()
+        try:
+            switcher = Switcher(pcc.seed_fd)
+        except BaseException:
+            pcc.close()
+            raise
         self.switcher.close()
         self.pcc.close()
-        self.switcher = None
-        self.pcc = ensure_pcc()
-        self.switcher = Switcher(self.pcc.seed_fd)
+        self.pcc, self.switcher = pcc, switcher
         return True
 
     def close(self) -> None:
