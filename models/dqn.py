@@ -415,7 +415,8 @@ def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus |
 
         training_plots(history, out / "plots", title=f"{hp.episodes} episodes, seed {hp.seed}, corpus "
                                                       f"{Path(str(replay.source)).name}")
-    log(f"trained {hp.episodes} episodes ({global_step} steps) in {wall:.0f} s; held-out reward "
+    on = "held-out" if env.test_ids else "training-condition (nothing held out)"
+    log(f"trained {hp.episodes} episodes ({global_step} steps) in {wall:.0f} s; {on} reward "
         f"{final.get('reward', float('nan')):.2f}/episode, accuracy {100 * final.get('accuracy', 0):.1f} %; "
         f"policy -> {policy_path}")
     return TrainResult(out, policy_path, history, evaluations, wall, final)
