@@ -664,7 +664,7 @@ class Bottleneck(Resource):
         self.sender = ""
         self.receiver = ""
         rnd = random.SystemRandom()
-        base = f"10.{rnd.randint(1, 254)}.{rnd.randint(0, 255)}.{rnd.randrange(0, 256, 4)}"
+        base = f"10.{rnd.randint(1, 254)}.{rnd.randint(0, 255)}.{rnd.randrange(0, 256, 8)}"  # two /30s: .0-.7
         net = base.rsplit(".", 1)
         self.sender_addr = f"{net[0]}.{int(net[1]) + 1}"
         self.receiver_addr = f"{net[0]}.{int(net[1]) + 2}"
