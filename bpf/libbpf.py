@@ -126,11 +126,44 @@ def _print_cb(level: int, fmt: bytes, args: int) -> int:
 _lib.libbpf_set_print(ctypes.cast(_print_cb, _vp))
 
 
+# Capabilities ccswitch's BPF needs (docs/daemon.md, "Running under systemd"), by number
+# (linux/capability.h); CAP_SYS_ADMIN only for finding maps by id (find_map_by_name).
+CAP_BITS = {"CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39}
+BPF_CAPS = ("CAP_BPF", "CAP_PERFMON", "CAP_NET_ADMIN")
+
+
+def missing_capabilities(names: tuple[str, ...] | list[str], status: str | None = None) -> list[str]:
+    """The capabilities among *names* (keys of CAP_BITS) that this process' effective set lacks.
+
+    Read from CapEff in /proc/self/status (or *status*, that file's text); a root process
+    started by systemd or setpriv can hold fewer than all.  [] when CapEff cannot be read.
+    """
+    if status is None:
+        try:
+            status = Path("/proc/self/status").read_text()
+        except OSError:
+            return []
+    eff = next((int(line.split()[1], 16) for line in status.splitlines() if line.startswith("CapEff:")), None)
+    if eff is None:
+        return []
+    return [n for n in names if not eff >> CAP_BITS[n] & 1]
+
+
+def eperm_hint() -> str:
+    """What to do about EPERM from bpf(2): name the missing capabilities when some are."""
+    missing = missing_capabilities(BPF_CAPS)
+    if not missing:
+        return "run as root (CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON)"
+    caps = " ".join(missing)
+    return (f"missing {caps} in this process' effective capabilities (systemd: add {caps} to the unit's "
+            "CapabilityBoundingSet= and AmbientCapabilities=)")
+
+
 def _err(what: str, code: int | None = None, hint: str = "") -> BpfError:
     code = abs(code) if code else ctypes.get_errno()
     msg = f"{what}: {os.strerror(code)} (errno {code})"
     if code == errno.EPERM:
-        msg += "; run as root (CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON)"
+        msg += f"; {eperm_hint()}"
     elif hint:
         msg += f"; {hint}"
     e = BpfError(msg)

@@ -17,6 +17,11 @@ full     limited + the new algorithm's private state seeded from the old
          accepted and behaves as `limited` (the result says seeded=False).
          Both already pick up what matters: BBR takes min RTT from the
          socket's filter at init, CUBIC starts its epoch at the current cwnd.
+         Seeding needs the registered PCC's own seed map (pcc.py): a
+         switcher opened without it writes the seed into a private copy
+         that no PCC reads, so its results say seeded=False even where the
+         kernel program reports a write (a PCC shared without
+         CAP_SYS_ADMIN, a kernel module's PCC, pcc=False data planes).
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ class Switcher:
     """Applies (flow, cca, inherit) requests to sockets of this netns."""
 
     def __init__(self, pcc_seed_fd: int | None = None, obj_path: Path = OBJ_PATH):
+        self.seedable = pcc_seed_fd is not None  # else the seed map is private: no PCC reads it
         self._obj = BpfObject(obj_path)
         try:
             if pcc_seed_fd is not None:
@@ -113,8 +119,7 @@ class Switcher:
             self._res.delete_batch(keys, len(requests))
         return out
 
-    @staticmethod
-    def _result(fid: int, cca: str, inherit: str, raw: bytes | None) -> SwitchResult:
+    def _result(self, fid: int, cca: str, inherit: str, raw: bytes | None) -> SwitchResult:
         if raw is None:
             return SwitchResult(fid, cca, inherit, ok=False,
                                 error=f"flow {fid} not found among this namespace's TCP sockets "
@@ -126,7 +131,7 @@ class Switcher:
         return SwitchResult(fid, cca, inherit, ok=err == 0,
                             error=None if err == 0 else f"setsockopt(TCP_CONGESTION, {cca}) failed: "
                                                         f"{_errno_text(err)}",
-                            seeded=bool(r["seeded"]), **fields)
+                            seeded=bool(r["seeded"]) and self.seedable, **fields)
 
     def close(self) -> None:
         self._obj.close()

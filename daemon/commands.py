@@ -71,7 +71,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
                                                if pol.get("file") else "")
                + (" [observe-only: never switches]" if st["observe_only"] else ""))
     click.echo(f"tick {st['tick_s']:g} s, decisions every {st['decision_interval_s']:g} s, inherit {st['inherit']}, "
-               f"allowed: {' '.join(st['allowed'])}, pcc: {st['pcc']}")
+               f"allowed: {' '.join(st['allowed'])}")
+    # the source and its meaning (bpf/pcc.py SOURCES); older daemons send the source only
+    click.echo(f"pcc: {st['pcc']}" + (f": {st['pcc_detail']}" if st.get("pcc_detail") else "")
+               + ("" if st.get("pcc_seedable", True) else '; inherit = "full" into pcc is not seeded'))
     click.echo(f"tick time ms: last {st['tick_ms_last']:.2f}, mean {st['tick_ms_mean']:.2f}, p50 "
                f"{st['tick_ms_p50']:.2f}, p99 {st['tick_ms_p99']:.2f}, max {st['tick_ms_max']:.2f} "
                f"over {st['ticks']} ticks that read the monitor ({st.get('idle_ticks', 0)} did not)")

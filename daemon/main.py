@@ -155,6 +155,7 @@ class Daemon:
 
     # --------------------------------------------------------------- run
     def run(self) -> None:
+        from ccswitch.bpf.pcc import OWN as PCC_OWN
         from ccswitch.daemon.controller import Controller
         from ccswitch.daemon.server import ControlServer
         from ccswitch.dataplane import DataPlane
@@ -163,6 +164,7 @@ class Daemon:
         metrics = None
         with Recorder(self.args.record, self.args.decisions) as rec, DataPlane() as dp:
             self.dp = dp
+            self._warn_unseeded_pcc()
             self._rehome_orphaned_pcc(dp, rec)
             dp.sample()  # baseline counters: the first tick covers one full interval
             ctl = self.ctl = Controller(self.cfg, self.decider, dp, recorder=rec, state_path=self.state_path)
@@ -183,7 +185,7 @@ class Daemon:
             finally:
                 self.notifier.stopping()
                 try:
-                    own = bool(dp.pcc and dp.pcc.source == "ccswitch")
+                    own = bool(dp.pcc and dp.pcc.source == PCC_OWN)
                     ctl.stop_actions(self.cfg.stop["pcc_fallback"], own)
                 except Exception:
                     log.exception("stop actions failed")
@@ -241,8 +243,29 @@ class Daemon:
                 log.warning("pcc re-registered", extra={"fields": {
                     "detail": "the process that registered PCC exited; this daemon registered it again",
                     "source": self.dp.pcc.source if self.dp.pcc else ""}})
+                self._warn_unseeded_pcc()  # lost the race to a daemon whose seed map it cannot see
         except (OSError, RuntimeError) as e:
             log.error("pcc re-registration failed", extra={"fields": {"error": str(e)}})
+
+    def _pcc_source(self) -> str:
+        from ccswitch.bpf.pcc import NONE
+
+        return self.dp.pcc.source if self.dp.pcc else NONE
+
+    def _pcc_status(self) -> dict[str, Any]:
+        """status fields: the PCC source (bpf/pcc.py SOURCES), what it means, whether full inheritance seeds."""
+        from ccswitch.bpf.pcc import SEEDABLE, SOURCES
+
+        src = self._pcc_source()
+        return {"pcc": src, "pcc_detail": SOURCES[src], "pcc_seedable": src in SEEDABLE}
+
+    def _warn_unseeded_pcc(self) -> None:
+        """One warning when PCC is shared but its seed map is out of reach (no CAP_SYS_ADMIN)."""
+        from ccswitch.bpf.pcc import SHARED_UNSEEDED, SOURCES, UNSEEDED_WARNING
+
+        if self._pcc_source() == SHARED_UNSEEDED:
+            log.warning("pcc shared without its seed map", extra={"fields": {
+                "source": SHARED_UNSEEDED, "detail": SOURCES[SHARED_UNSEEDED], "consequence": UNSEEDED_WARNING}})
 
     def _rehome_orphaned_pcc(self, dp: Any, rec: Recorder) -> None:
         """Sockets still on a PCC whose registration died with a killed daemon: move them to ours.
@@ -253,7 +276,9 @@ class Daemon:
         closes.  Switching them to the fresh registration (full inheritance:
         rate and min RTT seeded) keeps them on PCC and frees the old copy.
         """
-        if not dp.pcc or dp.pcc.source != "ccswitch" or not dp.monitor:
+        from ccswitch.bpf.pcc import OWN as PCC_OWN
+
+        if not dp.pcc or dp.pcc.source != PCC_OWN or not dp.monitor:
             return
         raw = dp.monitor.snapshot()
         cookies = [int(c) for c, name in zip(raw["cookie"], raw["cca"], strict=True) if name == b"pcc"]
@@ -298,7 +323,7 @@ class Daemon:
         ctl = self.ctl
         if op == "status":
             return {**ctl.status(), "socket": str(self.socket_path), "config": str(self.cfg.path or "defaults"),
-                    "pcc": self.dp.pcc.source if self.dp.pcc else "none", "record_file": self.args.record,
+                    **self._pcc_status(), "record_file": self.args.record,
                     "decisions_file": self.args.decisions, "state_file": str(self.state_path)}
         if op == "flows":
             return ctl.flows()

@@ -11,7 +11,8 @@ unit stays the one definition: a capability added to or removed from it changes 
   iperf3 flow in a sender namespace, switches it (static policy: bbr -> cubic through the
   guard; then a manual switch to pcc, the struct_ops algorithm) and stops on SIGTERM with exit 0.
 * Without any one of the unit's capabilities (one parametrised case each) it refuses to start:
-  exit 1, one line on stderr naming the missing capability, no traceback, no control socket.
+  exit 1, one line on stderr naming the missing capability (`missing CAP_X in this process'
+  effective capabilities`, not the generic "run as root" list), no traceback, no control socket.
 
 Both check that nothing is left behind (`leftovers`): no BPF link created while the daemon ran
 that no live process holds, no congestion control registered by a struct_ops map of that time
@@ -287,6 +288,9 @@ def test_without_one_of_the_units_capabilities_the_start_fails_cleanly(bottlenec
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("ccswitchd: error: "), err[-2000:]
     assert "Operation not permitted" in lines[0] and f"CAP_{dropped.upper()}" in lines[0], lines[0]
+    # the hint names exactly the capability the process lacks (CapEff), not the whole list
+    assert f"missing CAP_{dropped.upper()} in this process' effective capabilities" in lines[0], lines[0]
+    assert "run as root" not in lines[0], lines[0]
     assert not sock.exists() and not sock.with_name("s.sock.state").exists()
     assert leftovers(base) == []
 
