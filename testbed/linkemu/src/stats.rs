@@ -227,48 +227,83 @@ impl Sink for NullSink {
     fn intervals(&mut self, _rows: Vec<IntervalRow>) {}
 }
 
+/// Departures counted into one set of counters (run totals or an interval):
+/// packets, bytes (IP), CE marks, sojourn in the queue and delay from
+/// arrival to departure.
+#[derive(Debug, Default, Clone)]
+struct Departures {
+    packets: u64,
+    bytes: u64,
+    marks: u64,
+    sojourn: Histogram,
+    delay: Histogram,
+}
+
+impl Departures {
+    fn record(&mut self, len: u64, pkt: &Packet, delay: Nanos) {
+        self.packets += 1;
+        self.bytes += len;
+        self.marks += pkt.marked as u64;
+        self.sojourn.record(pkt.sojourn);
+        self.delay.record(delay);
+    }
+
+    fn clear(&mut self) {
+        self.packets = 0;
+        self.bytes = 0;
+        self.marks = 0;
+        self.sojourn.clear();
+        self.delay.clear();
+    }
+}
+
 #[derive(Debug, Default, Clone)]
 struct Totals {
     packets_in: u64,
     bytes_in: u64,
-    packets_out: u64,
-    bytes_out: u64,
+    out: Departures,
     drops: [u64; DropCause::ALL.len()],
-    marks: u64,
-    sojourn: Histogram,
-    delay: Histogram,
     wifi: Histogram,
     first_out: Option<(Nanos, u64)>,
     last_out: Nanos,
 }
 
+/// Average rate (Mbit/s) of `bytes` that left between the first departure
+/// `first_out` (instant, its bytes) and the last one at `last_out`; the first
+/// packet's bytes belong before the span.
+fn span_rate_mbit(bytes: u64, first_out: Option<(Nanos, u64)>, last_out: Nanos) -> f64 {
+    match first_out {
+        Some((t0, len0)) if last_out > t0 => (bytes - len0) as f64 * 8.0 / ((last_out - t0) as f64 / 1e9) / 1e6,
+        _ => 0.0,
+    }
+}
+
+/// {"queue": n, "aqm": n, ...}: drops per cause.
+fn drops_json(drops: &[u64; DropCause::ALL.len()]) -> Value {
+    let mut m = serde_json::Map::new();
+    for c in DropCause::ALL {
+        m.insert(c.name().into(), json!(drops[c.index()]));
+    }
+    Value::Object(m)
+}
+
 impl Totals {
     fn rate_mbit(&self) -> f64 {
-        // Average over the span between the first and the last departure
-        // (the first packet's bytes belong before the span).
-        match self.first_out {
-            Some((t0, len0)) if self.last_out > t0 => {
-                (self.bytes_out - len0) as f64 * 8.0 / ((self.last_out - t0) as f64 / 1e9) / 1e6
-            }
-            _ => 0.0,
-        }
+        span_rate_mbit(self.out.bytes, self.first_out, self.last_out)
     }
 
     fn json(&self, wifi: bool) -> Value {
-        let mut drops = serde_json::Map::new();
-        for c in DropCause::ALL {
-            drops.insert(c.name().into(), json!(self.drops[c.index()]));
-        }
+        let drops = drops_json(&self.drops);
         let mut v = json!({
             "packets_in": self.packets_in,
             "bytes_in": self.bytes_in,
-            "packets_out": self.packets_out,
-            "bytes_out": self.bytes_out,
+            "packets_out": self.out.packets,
+            "bytes_out": self.out.bytes,
             "drops": drops,
             "drops_total": self.drops.iter().sum::<u64>(),
-            "ecn_marks": self.marks,
-            "sojourn_us": self.sojourn.summary(),
-            "delay_us": self.delay.summary(),
+            "ecn_marks": self.out.marks,
+            "sojourn_us": self.out.sojourn.summary(),
+            "delay_us": self.out.delay.summary(),
             "rate_mbit": (self.rate_mbit() * 1e4).round() / 1e4,
         });
         if wifi {
@@ -292,16 +327,8 @@ struct ClassTotals {
 
 impl ClassTotals {
     fn json(&self) -> Value {
-        let mut drops = serde_json::Map::new();
-        for c in DropCause::ALL {
-            drops.insert(c.name().into(), json!(self.drops[c.index()]));
-        }
-        let rate = match self.first_out {
-            Some((t0, len0)) if self.last_out > t0 => {
-                (self.bytes_out - len0) as f64 * 8.0 / ((self.last_out - t0) as f64 / 1e9) / 1e6
-            }
-            _ => 0.0,
-        };
+        let drops = drops_json(&self.drops);
+        let rate = span_rate_mbit(self.bytes_out, self.first_out, self.last_out);
         json!({
             "packets_out": self.packets_out,
             "bytes_out": self.bytes_out,
@@ -335,24 +362,16 @@ impl ClassAcc {
 #[derive(Default, Clone)]
 struct Acc {
     bytes_in: u64,
-    packets_out: u64,
-    bytes_out: u64,
+    out: Departures,
     drops: u64,
-    marks: u64,
-    sojourn: Histogram,
-    delay: Histogram,
     cls: [ClassAcc; 2],
 }
 
 impl Acc {
     fn reset(&mut self) {
         self.bytes_in = 0;
-        self.packets_out = 0;
-        self.bytes_out = 0;
+        self.out.clear();
         self.drops = 0;
-        self.marks = 0;
-        self.sojourn.clear();
-        self.delay.clear();
         for c in &mut self.cls {
             c.reset();
         }
@@ -464,11 +483,7 @@ impl Stats {
         let c = pkt.client as usize;
         let d = &mut self.dirs[dir.index()];
         for tot in [&mut d.total, &mut d.clients[c]] {
-            tot.packets_out += 1;
-            tot.bytes_out += len;
-            tot.marks += pkt.marked as u64;
-            tot.sojourn.record(pkt.sojourn);
-            tot.delay.record(delay);
+            tot.out.record(len, pkt, delay);
             if self.wifi {
                 tot.wifi.record(pkt.wifi_wait);
             }
@@ -478,11 +493,7 @@ impl Stats {
             tot.last_out = t;
         }
         for a in [&mut d.acc_all, &mut d.acc[c]] {
-            a.packets_out += 1;
-            a.bytes_out += len;
-            a.marks += pkt.marked as u64;
-            a.sojourn.record(pkt.sojourn);
-            a.delay.record(delay);
+            a.out.record(len, pkt, delay);
         }
         if let (true, Some(k)) = (d.dual, class_index(pkt.class)) {
             let ct = &mut d.classes[k];
@@ -618,15 +629,15 @@ impl Stats {
                 dir,
                 client,
                 bytes_in: a.bytes_in,
-                packets_out: a.packets_out,
-                bytes_out: a.bytes_out,
-                rate_mbit: if secs > 0.0 { a.bytes_out as f64 * 8.0 / secs / 1e6 } else { 0.0 },
+                packets_out: a.out.packets,
+                bytes_out: a.out.bytes,
+                rate_mbit: rate(a.out.bytes),
                 drops: a.drops,
-                marks: a.marks,
-                sojourn_mean_us: round1(a.sojourn.mean_us()),
-                sojourn_p99_us: round1(a.sojourn.quantile_us(0.99)),
-                delay_mean_us: round1(a.delay.mean_us()),
-                delay_p99_us: round1(a.delay.quantile_us(0.99)),
+                marks: a.out.marks,
+                sojourn_mean_us: round1(a.out.sojourn.mean_us()),
+                sojourn_p99_us: round1(a.out.sojourn.quantile_us(0.99)),
+                delay_mean_us: round1(a.out.delay.mean_us()),
+                delay_p99_us: round1(a.out.delay.quantile_us(0.99)),
                 queue_pkts: queue,
                 airtime_frac: air,
                 classes: None,
@@ -672,7 +683,7 @@ impl Stats {
     /// Packets and bytes out and drops of a direction (tests, benchmarks).
     pub fn totals(&self, dir: Dir) -> (u64, u64, u64) {
         let t = &self.dirs[dir.index()].total;
-        (t.packets_out, t.bytes_out, t.drops.iter().sum())
+        (t.out.packets, t.out.bytes, t.drops.iter().sum())
     }
 
     pub fn drops(&self, dir: Dir, cause: DropCause) -> u64 {
