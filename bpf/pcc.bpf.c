@@ -174,6 +174,10 @@
 #include "ccswitch.h"
 #include "pcc.h"
 
+#ifndef PCC_NAME	/* -D for renamed test builds (tests/test_struct_ops_cleanup.py) */
+#define PCC_NAME "pcc"
+#endif
+
 char _license[] SEC("license") = "GPL";
 
 /* ---- Constants (all tunables in one place) ------------------------------ */
@@ -1253,5 +1257,5 @@ struct tcp_congestion_ops ccs_pcc = {
 	.undo_cwnd	= (void *)pcc_undo_cwnd,
 	.set_state	= (void *)pcc_set_state,
 	.cwnd_event	= (void *)pcc_cwnd_event,
-	.name		= "pcc",
+	.name		= PCC_NAME,
 };

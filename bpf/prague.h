@@ -10,7 +10,9 @@
 #ifndef CCSWITCH_PRAGUE_H
 #define CCSWITCH_PRAGUE_H
 
+#ifndef PRAGUE_NAME	/* -D for renamed test builds (tests/test_struct_ops_cleanup.py) */
 #define PRAGUE_NAME "prague"
+#endif
 
 /* include/net/tcp.h, tcp_congestion_ops.flags */
 #define TCP_CONG_NON_RESTRICTED		(1U << 0)
