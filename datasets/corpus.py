@@ -61,6 +61,9 @@ WIFI_PRESETS: dict[str, dict[str, Any]] = {
     "ax": {"station": {"phy_rate_mbit": 300}, "wifi": {}},
     "ax-jitter": {"station": {"phy_rate_mbit": 300},
                   "wifi": {"access_delay_us": {"extra": {"dist": "exponential", "mean_us": 500}}}},
+    # paper 002's WiFi link as the end-to-end scenarios emulate it (testbed/scenarios/default.toml)
+    "ax-light": {"station": {"phy_rate_mbit": 300},
+                 "wifi": {"access_delay_us": {"extra": {"dist": "exponential", "mean_us": 100}}}},
     "n-slow": {"station": {"phy_rate_mbit": 65},
                "wifi": {"access_delay_us": {"extra": {"dist": "exponential", "mean_us": 200}}}},
 }

@@ -324,14 +324,14 @@ def test_shipped_sample_is_valid_complete_and_small() -> None:
     size = sum(p.stat().st_size for p in SAMPLE.rglob("*") if p.is_file())
     assert size < 20e6
     index = json.loads((SAMPLE / "corpus.json").read_text())
-    assert len(caps) == index["runs_planned"] == index["runs_done"] == 288
+    assert len(caps) == index["runs_planned"] == index["runs_done"] == 351
     arms: dict[str, set[str]] = {}
     for c in caps:
         c.validate()
         assert c.manifest["source"] == "runner" and c.agent_flow() is not None
         arm = c.manifest["arm"]
         arms.setdefault(c.condition, set()).add(arm["start"] + "".join(f"-{s['cca']}" for s in arm["switches"]))
-    assert len(arms) == 32 and all(len(a) == 9 for a in arms.values()), arms
+    assert len(arms) == 39 and all(len(a) == 9 for a in arms.values()), arms
 
 
 def test_shipped_dataset_card_matches_the_data() -> None:
