@@ -15,7 +15,7 @@ from ccswitch.dataplane import DataPlane
 from ccswitch.host import available_ccas
 from ccswitch.metrics import jain_index
 from ccswitch.testbed.iperf import start_flow, start_server
-from ccswitch.testbed.netns import entered
+from ccswitch.testbed.netns import entered, run_in
 
 pytestmark = pytest.mark.kernel
 RATE_MBIT = 50.0
@@ -48,8 +48,23 @@ def test_single_pcc_flow_fills_bottleneck(bottleneck, iperf3) -> None:
 @pytest.mark.slow
 @pytest.mark.bottleneck(rate_mbit=RATE_MBIT, router=True)
 def test_two_pcc_flows_share_fairly(bottleneck, iperf3) -> None:
-    """Jain's index >= 0.9 over the last half (15 s) of a 30 s run, from per-second rates."""
+    """Two PCC flows started together converge to a fair share: Jain's index >= 0.95 over
+    the last half (15 s) of a 30 s run, from iperf3's per-second rates, and >= 80% of the
+    link in total.
+
+    The sender runs with net.ipv4.tcp_tso_rtt_log = 0.  This path's base RTT is tens
+    of microseconds, and below 512 us the kernel sizes TSO packets for a data centre
+    (up to 64 KB per skb whatever the pacing rate): each flow then hits the 50 Mbit/s
+    tail-drop queue with whole-window bursts, and a tail drop costs a small flow a much
+    larger fraction of its MI (16% vs 6.5% loss in lossy MIs, docs/pcc-tuning.md), so
+    the split random-walks: Jain 0.59-0.87 in 4 of 28 loaded runs (one flow at 4-6
+    Mbit/s).  With the sysctl at 0 a TSO packet is ~1 ms of data at the pacing rate,
+    as on every path of >= 512 us (the WAN and WiFi paths PCC is for): Jain
+    0.992-1.000 in 18 of 18 runs.  0.95 allows a 39/61 split, a margin over those
+    runs for a loaded 2-core machine, yet fails every flaky run seen (Jain <= 0.87).
+    """
     ports = (5331, 5332)
+    run_in(bottleneck.sender, ["sysctl", "-qw", "net.ipv4.tcp_tso_rtt_log=0"])
     servers = [start_server(bottleneck.receiver, p, bind=bottleneck.receiver_addr) for p in ports]
     try:
         with entered(bottleneck.sender), DataPlane():
@@ -59,7 +74,8 @@ def test_two_pcc_flows_share_fairly(bottleneck, iperf3) -> None:
     finally:
         for s in servers:
             s.close()
+    per_s = [[round(iv.bits_per_second / 1e6, 1) for iv in r.intervals] for r in results]
     shares = [statistics.mean(iv.bits_per_second for iv in r.intervals[15:30]) for r in results]
     jfi = jain_index(shares)
-    assert jfi >= 0.9, ([s / 1e6 for s in shares], jfi)
-    assert sum(shares) / 1e6 >= 0.8 * RATE_MBIT  # fair, and still using the link
+    assert jfi >= 0.95, ([s / 1e6 for s in shares], jfi, per_s)
+    assert sum(shares) / 1e6 >= 0.8 * RATE_MBIT, per_s  # fair, and still using the link
