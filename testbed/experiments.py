@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import sys
+import tomllib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -45,14 +46,18 @@ def scenario_files() -> list[Path]:
     return [SCENARIOS / "default.toml", *sorted(SCENARIOS.glob("fair-*.toml"))]
 
 
-def arm_scenario(sc: Scenario, arm: str, policy_file: Path | None = None) -> Scenario:
+def arm_scenario(sc: Scenario, arm: str, policy_file: Path | None = None,
+                 guard: Sequence[tuple[str, Any]] = ()) -> Scenario:
     """*sc* for one arm: no daemon (static), or its [daemon] table with the arm's policy.
 
     *policy_file* replaces the dqn arm's policy (a candidate, without touching
-    models/policy.json)."""
+    models/policy.json); *guard* adds or overrides [daemon] guard keys in every daemon arm."""
     if arm == "static":
         return replace(sc, daemon=None)
     base = sc.daemon or DaemonSettings()
+    if guard:
+        keys = {k for k, _ in guard}
+        base = replace(base, guard=tuple((k, v) for k, v in base.guard if k not in keys) + tuple(guard))
     if arm.startswith("daemon-static-"):
         return replace(sc, daemon=replace(base, policy="static", cca=arm.removeprefix("daemon-static-"),
                                           policy_file=None))
@@ -62,7 +67,7 @@ def arm_scenario(sc: Scenario, arm: str, policy_file: Path | None = None) -> Sce
 
 
 def run(files: Sequence[Path], arms: Sequence[str], out: Path, progress: bool = True,
-        policy_file: Path | None = None) -> list[Path]:
+        policy_file: Path | None = None, guard: Sequence[tuple[str, Any]] = ()) -> list[Path]:
     from .runner import run_scenario
 
     if policy_file is not None and not policy_file.is_file():
@@ -76,7 +81,7 @@ def run(files: Sequence[Path], arms: Sequence[str], out: Path, progress: bool = 
                 print(f"skip {dest} (already there; delete it to run again)", file=sys.stderr)
                 done.append(dest)
                 continue
-            run_scenario(arm_scenario(sc, arm, policy_file), dest, progress=progress, plots=True)
+            run_scenario(arm_scenario(sc, arm, policy_file, guard), dest, progress=progress, plots=True)
             done.append(dest)
     return done
 
@@ -257,6 +262,18 @@ def report(results: Path, doc: Path, plots_dir: Path | None = None, notes: str =
     return text
 
 
+def _guard_setting(text: str) -> tuple[str, Any]:
+    """KEY=VALUE of --guard: the value as TOML would read it (number, boolean or string)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--guard {text!r}: expected KEY=VALUE, e.g. return_holdoff_s=20")
+    try:
+        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()
+    return key.strip(), parsed
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m ccswitch.testbed.experiments", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -267,6 +284,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--policy-file", type=Path,
                    help="the dqn arm runs this policy file (from ccswitch train) instead of models/policy.json")
+    r.add_argument("--guard", action="append", default=[], metavar="KEY=VALUE",
+                   help="a [guard] setting of every daemon arm (daemon/config.py keys), e.g. return_holdoff_s=20")
     p = sub.add_parser("report", help="write docs/results-daemon.md from the run folders")
     p.add_argument("--results", type=Path, default=DEFAULT_OUT)
     p.add_argument("--doc", type=Path, default=DEFAULT_DOC)
@@ -281,8 +300,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             from ccswitch.dataplane import install_signal_handlers
 
             install_signal_handlers()
+            guard = [_guard_setting(g) for g in args.guard]
+            if guard:
+                from .daemons import check_settings
+
+                problems = check_settings(DaemonSettings(guard=tuple(guard)))
+                if problems:
+                    ap.error(f"--guard: {problems[0]}")
             run(args.scenarios or scenario_files(), arms, args.out, progress=not args.quiet,
-                policy_file=args.policy_file)
+                policy_file=args.policy_file, guard=guard)
         else:
             notes = args.notes.read_text() if args.notes else ""
             print(report(args.results, args.doc, notes=notes))

@@ -250,6 +250,21 @@ def test_daemon_policy_file_reaches_the_daemon_config(tmp_path: Path) -> None:
     assert arm_scenario(sc, "heuristic", other).daemon.policy_file is None
     assert arm_scenario(sc, "daemon-static-pcc").daemon.policy_file is None
     assert arm_scenario(sc, "static").daemon is None
+    tuned = arm_scenario(sc, "heuristic", guard=[("return_holdoff_s", 20), ("margin", 0.5)])
+    assert dict(tuned.daemon.guard) == {"return_holdoff_s": 20, "margin": 0.5}
+    assert parse_config(tomllib.loads(toml_text(daemon_config(tuned.daemon, sc.flows_of(1)), "x"))).get(
+        "guard.return_holdoff_s") == 20
+
+
+def test_experiments_guard_option_is_checked_by_the_daemon_validator(capsys: pytest.CaptureFixture[str]) -> None:
+    """--guard KEY=VALUE reaches every daemon arm; a bad key or value is one line naming it, exit 2."""
+    from ccswitch.testbed.experiments import _guard_setting, main
+
+    assert _guard_setting("return_holdoff_s=20") == ("return_holdoff_s", 20)
+    assert _guard_setting("margin = 0.5") == ("margin", 0.5)
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--arms", "dqn", "--guard", "margn=1", "--out", "/nonexistent"])
+    assert e.value.code == 2 and "margn" in capsys.readouterr().err
 
 
 def test_rebin_daemon_ticks_onto_the_grid() -> None:
