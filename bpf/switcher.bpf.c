@@ -34,13 +34,17 @@ struct {
 	__type(value, struct switch_result);
 } ccs_sw_res SEC(".maps");
 
-/* Shared with pcc.bpf.o: user space hands this object pcc's map fd. */
+/* Shared with pcc.bpf.o: user space hands this object pcc's map fd (reuse).
+ * Named apart from pcc.bpf.o's ccs_pcc_seed on purpose: a switcher opened
+ * without that fd creates this map itself, and a private copy under the same
+ * name would be found by pcc.py's lookup by name instead of the registered
+ * PCC's map. */
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct pcc_seed);
-} ccs_pcc_seed SEC(".maps");
+} ccs_sw_seed SEC(".maps");
 
 /* pcc.bpf.c's init() reads the seed; only our own PCC is seedable. */
 static __always_inline bool is_pcc(const char *name)
@@ -68,7 +72,7 @@ static __always_inline bool seed_pcc(struct sock *sk, struct tcp_sock *tp)
 		rate = (__u64)tp->snd_cwnd * tp->mss_cache * 8000000ULL / srtt;
 	if (!rate)
 		return false;
-	seed = bpf_sk_storage_get(&ccs_pcc_seed, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	seed = bpf_sk_storage_get(&ccs_sw_seed, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!seed)
 		return false;
 	seed->rate_bps = rate;
@@ -123,7 +127,7 @@ int ccs_switch(struct bpf_iter__tcp *ctx)
 		res.seeded = seed_pcc(sk, tp);
 	res.err = bpf_setsockopt(sk, SOL_TCP, TCP_CONGESTION, name, sizeof(name));
 	if (res.err && res.seeded) {
-		bpf_sk_storage_delete(&ccs_pcc_seed, sk);
+		bpf_sk_storage_delete(&ccs_sw_seed, sk);
 		res.seeded = 0;
 	}
 	snapshot(&res, tp, true);

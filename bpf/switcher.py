@@ -36,6 +36,9 @@ import numpy as np
 from ccswitch.bpf.libbpf import BpfObject, run_iter
 
 OBJ_PATH = Path(__file__).with_name("switcher.bpf.o")
+SEED_MAP_HERE = "ccs_sw_seed"
+"""This object's handle on PCC's seed map (pcc.SEED_MAP, reused by fd); a different name, so a
+switcher's private copy is never mistaken for the registered PCC's map by a lookup by name."""
 INHERIT_MODES = {"limited": 0, "full": 1}
 
 REQUEST = struct.Struct("<16sII")  # struct switch_request
@@ -91,7 +94,7 @@ class Switcher:
         self._obj = BpfObject(obj_path)
         try:
             if pcc_seed_fd is not None:
-                self._obj.reuse_map_fd("ccs_pcc_seed", pcc_seed_fd)
+                self._obj.reuse_map_fd(SEED_MAP_HERE, pcc_seed_fd)
             self._obj.load()
             self._req = self._obj.map("ccs_sw_req")
             self._res = self._obj.map("ccs_sw_res")

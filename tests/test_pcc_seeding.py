@@ -300,3 +300,22 @@ def test_full_capabilities_never_report_shared_unseeded() -> None:
         assert handle.seedable == (handle.source in SEEDABLE)
     finally:
         handle.close()
+
+
+def _maps_named(name: str) -> set[int]:
+    out = subprocess.run(["bpftool", "-j", "map", "show"], capture_output=True, text=True, check=True).stdout
+    return {m["id"] for m in json.loads(out) if m.get("name") == name}
+
+
+@pytest.mark.kernel
+def test_private_switcher_seed_map_never_goes_by_pccs_name() -> None:
+    """A switcher opened without PCC's seed map (ccswitch flows, a capture's DataPlane(pcc=False))
+    creates its own socket-storage map; it must not be named ccs_pcc_seed, or pcc.py's lookup by
+    name could hand a later process that private copy instead of the registered PCC's map."""
+    before = _maps_named("ccs_pcc_seed")
+    sw = Switcher(None)
+    try:
+        assert _maps_named("ccs_pcc_seed") <= before  # no new map under PCC's name
+        assert _maps_named("ccs_sw_seed")  # its private map exists, under its own name
+    finally:
+        sw.close()
