@@ -264,17 +264,32 @@ struct Totals {
     out: Departures,
     drops: [u64; DropCause::ALL.len()],
     wifi: Histogram,
-    first_out: Option<(Nanos, u64)>,
-    last_out: Nanos,
+    span: Span,
 }
 
-/// Average rate (Mbit/s) of `bytes` that left between the first departure
-/// `first_out` (instant, its bytes) and the last one at `last_out`; the first
-/// packet's bytes belong before the span.
-fn span_rate_mbit(bytes: u64, first_out: Option<(Nanos, u64)>, last_out: Nanos) -> f64 {
-    match first_out {
-        Some((t0, len0)) if last_out > t0 => (bytes - len0) as f64 * 8.0 / ((last_out - t0) as f64 / 1e9) / 1e6,
-        _ => 0.0,
+/// The span of a run's departures: the first one (instant, its bytes) and
+/// the instant of the last one, over which its average rate is taken.
+#[derive(Debug, Default, Clone, Copy)]
+struct Span {
+    first: Option<(Nanos, u64)>,
+    last: Nanos,
+}
+
+impl Span {
+    fn departure(&mut self, t: Nanos, len: u64) {
+        if self.first.is_none() {
+            self.first = Some((t, len));
+        }
+        self.last = t;
+    }
+
+    /// Average rate (Mbit/s) of `bytes` (all departures' bytes) over the span;
+    /// the first packet's bytes belong before it.
+    fn rate_mbit(&self, bytes: u64) -> f64 {
+        match self.first {
+            Some((t0, len0)) if self.last > t0 => (bytes - len0) as f64 * 8.0 / ((self.last - t0) as f64 / 1e9) / 1e6,
+            _ => 0.0,
+        }
     }
 }
 
@@ -289,7 +304,7 @@ fn drops_json(drops: &[u64; DropCause::ALL.len()]) -> Value {
 
 impl Totals {
     fn rate_mbit(&self) -> f64 {
-        span_rate_mbit(self.out.bytes, self.first_out, self.last_out)
+        self.span.rate_mbit(self.out.bytes)
     }
 
     fn json(&self, wifi: bool) -> Value {
@@ -321,14 +336,13 @@ struct ClassTotals {
     marks: u64,
     drops: [u64; DropCause::ALL.len()],
     sojourn: FineHistogram,
-    first_out: Option<(Nanos, u64)>,
-    last_out: Nanos,
+    span: Span,
 }
 
 impl ClassTotals {
     fn json(&self) -> Value {
         let drops = drops_json(&self.drops);
-        let rate = span_rate_mbit(self.bytes_out, self.first_out, self.last_out);
+        let rate = self.span.rate_mbit(self.bytes_out);
         json!({
             "packets_out": self.packets_out,
             "bytes_out": self.bytes_out,
@@ -487,10 +501,7 @@ impl Stats {
             if self.wifi {
                 tot.wifi.record(pkt.wifi_wait);
             }
-            if tot.first_out.is_none() {
-                tot.first_out = Some((t, len));
-            }
-            tot.last_out = t;
+            tot.span.departure(t, len);
         }
         for a in [&mut d.acc_all, &mut d.acc[c]] {
             a.out.record(len, pkt, delay);
@@ -501,10 +512,7 @@ impl Stats {
             ct.bytes_out += len;
             ct.marks += pkt.marked as u64;
             ct.sojourn.record(pkt.sojourn);
-            if ct.first_out.is_none() {
-                ct.first_out = Some((t, len));
-            }
-            ct.last_out = t;
+            ct.span.departure(t, len);
             for a in [&mut d.acc_all, &mut d.acc[c]] {
                 let ca = &mut a.cls[k];
                 ca.bytes_out += len;
