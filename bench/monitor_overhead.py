@@ -156,7 +156,10 @@ def prog_counters(fd: int) -> np.ndarray:
 
 
 def _bpftool(*args: str) -> object:
-    cp = subprocess.run(["bpftool", "-j", *args], capture_output=True, text=True, check=False)
+    try:
+        cp = subprocess.run(["bpftool", "-j", *args], capture_output=True, text=True, check=False)
+    except FileNotFoundError:  # no bpftool: the other-monitors line is left out
+        return None
     return json.loads(cp.stdout) if cp.returncode == 0 and cp.stdout.strip() else None
 
 
