@@ -178,7 +178,8 @@ def test_shipped_policy_loads_and_documents_itself(sample: ReplayCorpus) -> None
     replay = sample
     assert tr["corpus_fingerprint"] == replay.fingerprint
     assert (tr["train_conditions"], tr["test_conditions"]) == replay.split(tr["hyperparameters"]["test_fraction"])
-    assert len(tr["test_conditions"]) == 8
+    assert len(tr["train_conditions"]) == 29 and len(tr["test_conditions"]) == 10
+    assert tr["corpus_captures"] == 351
     card = (DEFAULT_POLICY.parent / "MODEL_CARD.md").read_text()
     assert p.checksum in card, "MODEL_CARD.md must quote the shipped policy's checksum"
     # the normalisation the daemon applies is the one fitted on the training conditions
@@ -221,23 +222,44 @@ def test_shipped_policy_numpy_forward_pass_matches_tensorflow(sample: ReplayCorp
     assert p.q_values(box[7]) == pytest.approx(want[7], rel=1e-5)  # one observation, unbatched
 
 
-def test_shipped_policy_beats_random_and_static_on_held_out_conditions(sample: ReplayCorpus) -> None:
-    """Greedy on the 8 held-out conditions of the sample (never trained on), every starting CCA.
+def test_shipped_policy_on_held_out_conditions(sample: ReplayCorpus) -> None:
+    """Greedy on the 10 held-out conditions of the sample (never trained on), every starting CCA:
+    what MODEL_CARD.md says about the shipped policy, with its numbers (reward per episode, an
+    episode is ~18 one-second intervals).  Deterministic: numpy forward pass, fixed seeds, no timing.
 
-    Margin over random: at least 1.0 reward per episode (episodes sum ~18 intervals of reward ~1.3;
-    the shipped policy's margin is stated in MODEL_CARD.md).  It must also not lose to the best
-    static CCA.  Deterministic: numpy forward pass, fixed seeds; no timing involved."""
+    * Beats random by >= 1.0 (measured 26.64 vs 25.56: +1.08).  Over seeds 0-9 the random policy
+      scores 25.07 on average (sd 0.37, range 24.58-25.58); evaluate's seed 0 (25.56) is one of
+      its luckiest, and 1.0 is 2.7 of those sd, so a policy no better than chance fails.
+    * Beats the static CCA one would deploy without a DQN, i.e. the best static CCA on the 29
+      training conditions (CUBIC: 24.16 there vs BBR 22.44, PCC 18.70), by >= 1.0 (measured 26.64 vs
+      25.41: +1.23).
+    * Within 1.0 of the best static CCA picked in hindsight on these conditions (PCC, 27.18;
+      measured -0.54): level with it, not ahead (the card says so; seed 2 of the same training is
+      -1.48 and would fail).  1.0 is the same size as the margin over random: the policy is closer
+      to the hindsight-best static CCA than it is ahead of chance.
+    * Behind paper 002's evaluation function used as a policy (29.27), which peeks at each CCA's
+      recorded next interval; the DQN only sees the past.
+    * The score is the one recorded in the file at export (training's held-out evaluation)."""
     from ccswitch.envs.reward import RewardConfig
 
     p = load_policy()
+    reward = RewardConfig.from_dict(p.training["reward"])
     env = CongestionControlEnv(sample, conditions=p.training["test_conditions"], normalisation=p.normalisation,
-                               reward_config=RewardConfig.from_dict(p.training["reward"]), start="first")
+                               reward_config=reward, start="first")
     stats = {s.policy: s for s in summarise(evaluate(env, q_fn=p.q_values))}
-    dqn, rnd = stats["dqn"], stats["random"]
-    best_static = max(v.reward_mean for k, v in stats.items() if k.startswith("static:"))
-    assert dqn.reward_mean > rnd.reward_mean + 1.0, (dqn, rnd)
-    assert dqn.reward_mean >= best_static, (dqn, best_static)
-    assert dqn.reward_mean == pytest.approx(p.training["heldout_eval"]["reward"], abs=1e-6)
+    dqn, rnd = stats["dqn"].reward_mean, stats["random"].reward_mean
+    static = {k.removeprefix("static:"): v.reward_mean for k, v in stats.items() if k.startswith("static:")}
+    train_env = CongestionControlEnv(sample, conditions=p.training["train_conditions"],
+                                     normalisation=p.normalisation, reward_config=reward, start="first")
+    on_train = {s.policy.removeprefix("static:"): s.reward_mean for s in summarise(evaluate(train_env))
+                if s.policy.startswith("static:")}
+    deployable = max(on_train, key=on_train.__getitem__)
+    assert deployable == "cubic", on_train
+    assert dqn >= rnd + 1.0, (dqn, rnd)
+    assert dqn >= static[deployable] + 1.0, (dqn, static)
+    assert dqn >= max(static.values()) - 1.0, (dqn, static)
+    assert dqn < stats["evalfn"].reward_mean, (dqn, stats["evalfn"])
+    assert dqn == pytest.approx(p.training["heldout_eval"]["reward"], abs=1e-6)
 
 
 def test_overrides() -> None:
