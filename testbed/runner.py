@@ -698,7 +698,7 @@ def _prague_default_here(flows: Sequence[Flow], stack: contextlib.ExitStack) -> 
     try:
         previous = make_default(None)
     except (OSError, RuntimeError) as e:
-        raise RunError(f"cannot make prague this host's default CCA: {e}") from e
+        raise RunError(f"cannot make prague this host's default CCA ({e}); run as root") from e
     stack.callback(set_default, None, previous)
 
 

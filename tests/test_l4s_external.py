@@ -95,3 +95,27 @@ def test_server_side_prague_holder_sets_and_restores_the_default(bottleneck) -> 
         rc = proc.wait(timeout=10)
     assert rc == 0, proc.stderr.read() if proc.stderr else rc
     assert default_cca(ns) == before
+
+
+@pytest.mark.bottleneck(rate_mbit=50)
+def test_external_l4s_host_without_privileges_fails_in_one_line(bottleneck, require) -> None:
+    """Not root: the run stops before any flow with one line naming the fix (run as root)."""
+    import os
+    import shutil
+    import tempfile
+
+    require(shutil.which("setpriv") is not None, "setpriv (util-linux) is not installed")
+    shared = Path(tempfile.mkdtemp(prefix="ccs-ext-"))  # tmp_path is 0700: nobody cannot enter it
+    try:
+        os.chmod(shared, 0o777)
+        sc = _scenario(shared / "sc.toml", [(1, "prague")])
+        os.chmod(sc, 0o644)
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *CLI, "testbed", "run", str(sc),
+                "--server", bottleneck.receiver_addr, "--out", str(shared / "out"), "--no-plots", "--quiet"]
+        cp = subprocess.run(nsenter_argv(bottleneck.sender, argv), capture_output=True, text=True, timeout=60,
+                            check=False)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    err = cp.stderr.strip()
+    assert cp.returncode != 0
+    assert "\n" not in err and "prague" in err and "run as root" in err, err
