@@ -173,112 +173,57 @@ pub struct Pfifo {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Codel {
-    #[serde(default = "codel_target")]
     pub target_ms: f64,
-    #[serde(default = "codel_interval")]
     pub interval_ms: f64,
-    #[serde(default = "codel_limit")]
     pub limit_pkts: usize,
     /// Mark ECN-capable packets instead of dropping them (Linux codel: off by default).
-    #[serde(default)]
     pub ecn: bool,
 }
 
 /// DualPI2 (RFC 9332), see `qdisc/dualpi2.rs` for the algorithm.  Defaults
-/// are Linux sch_dualpi2's (which follow the RFC's Appendix A).
+/// are Linux sch_dualpi2's (which follow the RFC's Appendix A); missing fields
+/// take their value from `Default`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct DualPi2 {
     /// Packets in both queues together before tail drop (Linux: 10000).
-    #[serde(default = "dualpi2_limit")]
     pub limit_pkts: usize,
     /// Classic queue delay target of the PI controller.
-    #[serde(default = "dualpi2_target")]
     pub target_ms: f64,
     /// PI update interval.
-    #[serde(default = "dualpi2_tupdate")]
     pub tupdate_ms: f64,
     /// Integral gain: p' += alpha_hz * (qdelay - target) per update (delays in s).
-    #[serde(default = "dualpi2_alpha")]
     pub alpha_hz: f64,
     /// Proportional gain: p' += beta_hz * (qdelay - previous qdelay) per update.
-    #[serde(default = "dualpi2_beta")]
     pub beta_hz: f64,
     /// Coupling factor: p_CL = k * p'.
-    #[serde(default = "dualpi2_k")]
     pub k: f64,
     /// Native L4S AQM: marking starts above this sojourn (a step when equal to l_max_th_ms).
-    #[serde(default = "dualpi2_l_th")]
     pub l_min_th_ms: f64,
     /// Native L4S AQM: every packet marked at or above this sojourn (ramp between
     /// the two thresholds); null: equal to l_min_th_ms (a step).
-    #[serde(default)]
     pub l_max_th_ms: Option<f64>,
     /// The native L4S AQM only marks while the L queue holds at least this many
     /// packets besides the one leaving (RFC 9332's Th_len; Linux's min_qlen_step).
-    #[serde(default = "dualpi2_l_min_qlen")]
     pub l_min_qlen_pkts: usize,
     /// How packets are sorted into the L queue: "ecn" (ECT(1) and CE) or
     /// "dscp" (the DSCP values in `l_dscp`, whatever their ECN field).
-    #[serde(default = "dualpi2_classifier")]
     pub classifier: String,
     /// DSCP values (0..63) that go to the L queue with classifier "dscp".
-    #[serde(default)]
     pub l_dscp: Vec<u8>,
     /// Scheduler between the queues: "wrr" (Linux's weighted round robin with
     /// credit, C weight `c_weight_pct`) or "tsfifo" (RFC 9332's time-shifted FIFO).
-    #[serde(default = "dualpi2_scheduler")]
     pub scheduler: String,
     /// WRR: share of the C queue when both queues are backlogged (Linux c_protection: 10).
-    #[serde(default = "dualpi2_c_weight")]
     pub c_weight_pct: f64,
     /// TS-FIFO: the L queue is served unless the C head has waited tshift longer than the L head.
-    #[serde(default = "dualpi2_tshift")]
     pub tshift_ms: f64,
     /// When p_CL would exceed 1 (p_C > 1/k^2): drop instead of marking, in both
     /// queues (RFC 9332 section 4.2.1; Linux drop_overload).  false: cap p' at 1/k
     /// and keep marking, letting the queues grow up to the limit.
-    #[serde(default = "yes")]
     pub drop_on_overload: bool,
-}
-
-fn dualpi2_limit() -> usize {
-    10_000
-}
-fn dualpi2_target() -> f64 {
-    15.0
-}
-fn dualpi2_tupdate() -> f64 {
-    16.0
-}
-fn dualpi2_alpha() -> f64 {
-    0.16
-}
-fn dualpi2_beta() -> f64 {
-    3.2
-}
-fn dualpi2_k() -> f64 {
-    2.0
-}
-fn dualpi2_l_th() -> f64 {
-    1.0
-}
-fn dualpi2_l_min_qlen() -> usize {
-    1
-}
-fn dualpi2_classifier() -> String {
-    "ecn".into()
-}
-fn dualpi2_scheduler() -> String {
-    "wrr".into()
-}
-fn dualpi2_c_weight() -> f64 {
-    10.0
-}
-fn dualpi2_tshift() -> f64 {
-    50.0
 }
 
 impl<'de> Deserialize<'de> for QdiscConfig {
@@ -292,14 +237,33 @@ impl<'de> Deserialize<'de> for QdiscConfig {
     }
 }
 
-fn codel_target() -> f64 {
-    5.0
+impl Default for Codel {
+    /// RFC 8289 / Linux codel: 5 ms target, 100 ms interval, 1000 packets, no ECN.
+    fn default() -> Self {
+        Self { target_ms: 5.0, interval_ms: 100.0, limit_pkts: 1000, ecn: false }
+    }
 }
-fn codel_interval() -> f64 {
-    100.0
-}
-fn codel_limit() -> usize {
-    1000
+
+impl Default for DualPi2 {
+    fn default() -> Self {
+        Self {
+            limit_pkts: 10_000,
+            target_ms: 15.0,
+            tupdate_ms: 16.0,
+            alpha_hz: 0.16,
+            beta_hz: 3.2,
+            k: 2.0,
+            l_min_th_ms: 1.0,
+            l_max_th_ms: None,
+            l_min_qlen_pkts: 1,
+            classifier: "ecn".into(),
+            l_dscp: Vec::new(),
+            scheduler: "wrr".into(),
+            c_weight_pct: 10.0,
+            tshift_ms: 50.0,
+            drop_on_overload: true,
+        }
+    }
 }
 
 impl Default for QdiscConfig {
@@ -340,96 +304,50 @@ pub struct WifiClient {
     pub uplink_phy_rate_mbit: Option<f64>,
 }
 
+/// Missing fields take their value from `Default` (one place for the defaults).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Aggregation {
     /// MPDUs per A-MPDU (802.11n/ac Block Ack window: 64; 802.11ax: 256).
-    #[serde(default = "agg_frames")]
     pub max_frames: usize,
     /// A-MPDU length limit (802.11n: 65,535 B; ac: 1,048,575 B; ax: 6,500,631 B).
-    #[serde(default = "agg_bytes")]
     pub max_bytes: usize,
     /// How long a station may hold its first frame to aggregate more (0: contend at once).
-    #[serde(default)]
     pub max_wait_us: f64,
     /// PPDU duration limit (aPPDUMaxTime, 5.484 ms for HT/VHT/HE).
-    #[serde(default = "agg_ppdu")]
     pub max_ppdu_us: f64,
-}
-
-fn agg_frames() -> usize {
-    64
-}
-fn agg_bytes() -> usize {
-    65_535
-}
-fn agg_ppdu() -> f64 {
-    5484.0
 }
 
 impl Default for Aggregation {
     fn default() -> Self {
-        Self { max_frames: agg_frames(), max_bytes: agg_bytes(), max_wait_us: 0.0, max_ppdu_us: agg_ppdu() }
+        Self { max_frames: 64, max_bytes: 65_535, max_wait_us: 0.0, max_ppdu_us: 5484.0 }
     }
 }
 
 /// EDCA channel access (802.11-2020 10.23.2) plus an optional extra random deferral.
+/// Missing fields take their value from `Default`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct AccessDelay {
     /// aSlotTime (9 us for OFDM PHYs at 5 GHz).
-    #[serde(default = "slot_us")]
     pub slot_us: f64,
     /// AIFS = aSIFSTime + AIFSN * aSlotTime (AC_BE: 16 + 3 * 9 = 43 us).
-    #[serde(default = "aifs_us")]
     pub aifs_us: f64,
-    #[serde(default = "cw_min")]
     pub cw_min: u32,
-    #[serde(default = "cw_max")]
     pub cw_max: u32,
     /// Transmission attempts after the first before an aggregate is dropped
     /// (dot11ShortRetryLimit = 7).
-    #[serde(default = "retry_limit")]
     pub retry_limit: u32,
     /// Model simultaneous backoff expiry as a collision (both transmissions lost).
-    #[serde(default = "yes")]
     pub collisions: bool,
     /// Extra random deferral per access (traffic outside the emulated BSS,
     /// interference, power save); null: none.
-    #[serde(default)]
     pub extra: Option<Dist>,
-}
-
-fn slot_us() -> f64 {
-    9.0
-}
-fn aifs_us() -> f64 {
-    43.0
-}
-fn cw_min() -> u32 {
-    15
-}
-fn cw_max() -> u32 {
-    1023
-}
-fn retry_limit() -> u32 {
-    7
-}
-fn yes() -> bool {
-    true
 }
 
 impl Default for AccessDelay {
     fn default() -> Self {
-        Self {
-            slot_us: slot_us(),
-            aifs_us: aifs_us(),
-            cw_min: cw_min(),
-            cw_max: cw_max(),
-            retry_limit: retry_limit(),
-            collisions: true,
-            extra: None,
-        }
+        Self { slot_us: 9.0, aifs_us: 43.0, cw_min: 15, cw_max: 1023, retry_limit: 7, collisions: true, extra: None }
     }
 }
 
@@ -521,44 +439,22 @@ fn sub<T: serde::de::DeserializeOwned, E: serde::de::Error>(v: Value) -> Result<
 
 /// Per-transmission PHY/MAC overheads.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct PhyOverheads {
     /// PHY preamble + PLCP header duration (VHT: 20 us legacy + 16-20 us VHT fields).
-    #[serde(default = "preamble_us")]
     pub preamble_us: f64,
     /// aSIFSTime (16 us at 5 GHz).
-    #[serde(default = "sifs_us")]
     pub sifs_us: f64,
     /// Block Ack frame duration at a basic rate (32 B at 24 Mbit/s + 20 us preamble).
-    #[serde(default = "block_ack_us")]
     pub block_ack_us: f64,
     /// Bytes each MPDU adds to the IP packet on air: QoS MAC header 26 + LLC/SNAP 8
     /// + FCS 4 + A-MPDU delimiter 4 (before padding to 4 bytes).
-    #[serde(default = "mpdu_overhead")]
     pub mpdu_overhead_bytes: usize,
-}
-
-fn preamble_us() -> f64 {
-    40.0
-}
-fn sifs_us() -> f64 {
-    16.0
-}
-fn block_ack_us() -> f64 {
-    32.0
-}
-fn mpdu_overhead() -> usize {
-    42
 }
 
 impl Default for PhyOverheads {
     fn default() -> Self {
-        Self {
-            preamble_us: preamble_us(),
-            sifs_us: sifs_us(),
-            block_ack_us: block_ack_us(),
-            mpdu_overhead_bytes: mpdu_overhead(),
-        }
+        Self { preamble_us: 40.0, sifs_us: 16.0, block_ack_us: 32.0, mpdu_overhead_bytes: 42 }
     }
 }
 
@@ -580,36 +476,22 @@ fn interval_ms() -> f64 {
 
 /// How the real-time loop waits (see runtime.rs).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct TimingConfig {
     /// Sleep until this long before the next event, then spin.
-    #[serde(default = "spin_us")]
     pub spin_us: f64,
     /// Largest share of wall time spent spinning (per 100 ms window); beyond
     /// it the loop only sleeps.
-    #[serde(default = "spin_budget")]
     pub spin_budget: f64,
     /// Never sleep (one core at 100%; use with sched_fifo_priority 0, see runtime.rs).
-    #[serde(default)]
     pub busy_poll: bool,
     /// SCHED_FIFO priority of the forwarding thread (0: stay SCHED_OTHER).
-    #[serde(default = "fifo_prio")]
     pub sched_fifo_priority: i32,
-}
-
-fn spin_us() -> f64 {
-    50.0
-}
-fn spin_budget() -> f64 {
-    0.25
-}
-fn fifo_prio() -> i32 {
-    10
 }
 
 impl Default for TimingConfig {
     fn default() -> Self {
-        Self { spin_us: spin_us(), spin_budget: spin_budget(), busy_poll: false, sched_fifo_priority: fifo_prio() }
+        Self { spin_us: 50.0, spin_budget: 0.25, busy_poll: false, sched_fifo_priority: 10 }
     }
 }
 
@@ -698,7 +580,10 @@ impl Config {
         }
         for (i, &d) in self.client_delay_ms.iter().enumerate() {
             if !(d.is_finite() && (0.0..=60_000.0).contains(&d)) {
-                return Err(ConfigError::new(format!("client_delay_ms[{i}]"), format!("must be 0..60000 (ms), got {d}")));
+                return Err(ConfigError::new(
+                    format!("client_delay_ms[{i}]"),
+                    format!("must be 0..60000 (ms), got {d}"),
+                ));
             }
         }
         if let Some(s) = &self.stats {

@@ -171,8 +171,7 @@ impl Params {
 impl Default for Params {
     /// RFC 9332 / Linux defaults.
     fn default() -> Self {
-        let c: config::DualPi2 = serde_json::from_str("{}").expect("defaults");
-        Params::from_config(&c)
+        Params::from_config(&config::DualPi2::default())
     }
 }
 
