@@ -7,6 +7,10 @@
 //! (types, required fields; the path comes from serde_path_to_error), then
 //! [`Config::validate`] (ranges and cross-field rules), which also loads the
 //! Mahimahi traces so that an unreadable trace is a config error too.
+//!
+//! A section whose fields all have defaults (`#[serde(default)]` on the
+//! struct) keeps them in its `Default` impl: a missing field takes its value
+//! from there, so each default is written once.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -183,8 +187,7 @@ pub struct Codel {
 }
 
 /// DualPI2 (RFC 9332), see `qdisc/dualpi2.rs` for the algorithm.  Defaults
-/// are Linux sch_dualpi2's (which follow the RFC's Appendix A); missing fields
-/// take their value from `Default`.
+/// are Linux sch_dualpi2's (which follow the RFC's Appendix A).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DualPi2 {
@@ -304,7 +307,6 @@ pub struct WifiClient {
     pub uplink_phy_rate_mbit: Option<f64>,
 }
 
-/// Missing fields take their value from `Default` (one place for the defaults).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Aggregation {
@@ -325,7 +327,6 @@ impl Default for Aggregation {
 }
 
 /// EDCA channel access (802.11-2020 10.23.2) plus an optional extra random deferral.
-/// Missing fields take their value from `Default`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AccessDelay {
