@@ -239,7 +239,9 @@ def test_shipped_policy_on_held_out_conditions(sample: ReplayCorpus) -> None:
       to the hindsight-best static CCA than it is ahead of chance.
     * Behind paper 002's evaluation function used as a policy (29.27), which peeks at each CCA's
       recorded next interval; the DQN only sees the past.
-    * The score is the one recorded in the file at export (training's held-out evaluation)."""
+    * The score is the one recorded in the file at export (training's held-out evaluation).
+    Cross-validation of the same recipe over the training conditions (MODEL_CARD.md, 12 runs) agrees:
+    -0.5 +- 2.0 against the hindsight-best static CCA, +2.1 against the one chosen on the other folds."""
     from ccswitch.envs.reward import RewardConfig
 
     p = load_policy()
