@@ -151,9 +151,13 @@ def plot_scenario(name: str, arms: dict[str, RunData], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     order = [a for a in ARMS if a in arms] + [a for a in arms if a not in ARMS]
-    fig, axes = plt.subplots(1, len(order), figsize=(6.2 * len(order), 3.8), sharey=True, squeeze=False)
+    ncols = min(3, len(order))  # rows of three panels: one row of six is too wide to read
+    nrows = math.ceil(len(order) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.2 * ncols, 3.8 * nrows), sharey=True, squeeze=False)
+    for ax in axes.flat[len(order):]:
+        ax.set_visible(False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, arm in zip(axes[0], order, strict=True):
+    for ax, arm in zip(axes.flat, order, strict=False):
         run = arms[arm]
         dur = run.meta["duration_s"]
         for i, f in enumerate(run.flows):
@@ -173,7 +177,8 @@ def plot_scenario(name: str, arms: dict[str, RunData], path: Path) -> Path:
         ax.set_xlabel("time (s); shaded: last half")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
-    axes[0][0].set_ylabel("goodput (Mbit/s)")
+    for row in axes:
+        row[0].set_ylabel("goodput (Mbit/s)")
     fig.suptitle(name, fontsize=11)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
