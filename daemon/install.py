@@ -6,6 +6,11 @@ config (daemon/ccswitch.toml, the schema's defaults) only when missing.
 A config that differs from the default is the administrator's and is never
 overwritten; a previous default is left as it is too.  Runs
 `systemctl daemon-reload` when systemd is the init system (and --root is /).
+
+An installation under /tmp or /var/tmp (a checkout tried out there, a CI
+clone) would be invisible to the service: the unit's PrivateTmp=yes gives it
+an empty /tmp.  Then a drop-in binds that directory back, read-only, and the
+hardening stays; the drop-in goes again when the installation moves.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from ccswitch.daemon.config import render_default
 HERE = Path(__file__).resolve().parent
 UNIT_SRC = HERE / "ccswitchd.service"
 UNIT_DST = Path("etc/systemd/system/ccswitchd.service")
+TMP_DROPIN_DST = Path("etc/systemd/system/ccswitchd.service.d/10-installation-in-tmp.conf")
+PRIVATE_TMP_DIRS = (Path("/tmp"), Path("/var/tmp"))
+"""Replaced by empty directories for the service (PrivateTmp=yes in the unit)."""
 CONFIG_DST = Path("etc/ccswitch/ccswitch.toml")
 
 
@@ -37,8 +45,45 @@ def unit_text() -> str:
     return UNIT_SRC.read_text().replace("@CCSWITCHD@", ccswitchd_path())
 
 
-def install(root: Path = Path("/")) -> list[str]:
+def hidden_install_dirs(paths: list[Path]) -> list[Path]:
+    """The top directories under /tmp or /var/tmp holding any of *paths* (what PrivateTmp hides)."""
+    out: list[Path] = []
+    for p in paths:
+        for tmp in PRIVATE_TMP_DIRS:
+            if p.is_relative_to(tmp) and p != tmp:
+                top = tmp / p.relative_to(tmp).parts[0]
+                if top not in out:
+                    out.append(top)
+    return out
+
+
+def tmp_dropin_text(dirs: list[Path]) -> str:
+    return ("# Written by `ccswitch daemon install`: this installation lives under a directory the\n"
+            "# unit's PrivateTmp=yes replaces with an empty one; bind it back, read-only.\n"
+            "[Service]\n" + "".join(f"BindReadOnlyPaths={d}\n" for d in dirs))
+
+
+def _install_paths() -> list[Path]:
+    """Where this installation's code lives: ccswitchd, the package, the interpreter."""
+    exe = ccswitchd_path().split()[0]
+    return [Path(exe).absolute(), HERE.parent, Path(sys.prefix), Path(sys.base_prefix)]
+
+
+def install(root: Path = Path("/"), install_paths: list[Path] | None = None) -> list[str]:
     out = []
+    hidden = hidden_install_dirs(install_paths if install_paths is not None else _install_paths())
+    dropin = root / TMP_DROPIN_DST
+    if hidden:
+        text = tmp_dropin_text(hidden)
+        if not (dropin.exists() and dropin.read_text() == text):
+            dropin.parent.mkdir(parents=True, exist_ok=True)
+            dropin.write_text(text)
+            dropin.chmod(0o644)
+            out.append(f"drop-in {dropin}: installed ({', '.join(map(str, hidden))} is hidden by the unit's "
+                       "PrivateTmp=yes; bound back read-only)")
+    elif dropin.exists():
+        dropin.unlink()
+        out.append(f"drop-in {dropin}: removed (the installation is no longer under /tmp or /var/tmp)")
     unit = root / UNIT_DST
     want = unit_text()
     if unit.exists() and unit.read_text() == want:

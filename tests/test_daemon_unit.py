@@ -542,3 +542,32 @@ def test_controller_queries_after_a_decision() -> None:
     assert ex["cca"] == "bbr" and ex["q"]["bbr"] == pytest.approx(1.0) and ex["guard"]["action"] == "keep"
     with pytest.raises(ValueError, match="not found"):
         ctl.explain_flow(99)
+
+
+def test_daemon_install_places_unit_and_config_idempotently(tmp_path: Path) -> None:
+    """`ccswitch daemon install --root`: unit with this installation's ccswitchd, default config;
+    a second run changes nothing; an administrator's config is never overwritten.  An installation
+    under /tmp (hidden by the unit's PrivateTmp=yes, seen as a CI failure under real systemd) gets a
+    drop-in that binds it back read-only, removed again once the installation is elsewhere."""
+    from ccswitch.daemon.install import CONFIG_DST, TMP_DROPIN_DST, UNIT_DST, install, unit_text
+
+    first = install(tmp_path, install_paths=[Path("/opt/ccswitch/.venv/bin/ccswitchd")])
+    assert (tmp_path / UNIT_DST).read_text() == unit_text() and "@CCSWITCHD@" not in unit_text()
+    assert "PrivateTmp=yes" in unit_text()
+    assert any("installed (defaults)" in line for line in first)
+    assert not (tmp_path / TMP_DROPIN_DST).exists()
+    again = install(tmp_path, install_paths=[Path("/opt/ccswitch/.venv/bin/ccswitchd")])
+    assert any("unit" in line and "up to date" in line for line in again)
+    (tmp_path / CONFIG_DST).write_text("[daemon]\ntick_s = 0.5\n")
+    assert any("modified by the administrator" in line for line in install(tmp_path, install_paths=[]))
+    assert (tmp_path / CONFIG_DST).read_text() == "[daemon]\ntick_s = 0.5\n"
+
+    in_tmp = [Path("/tmp/ci-clone/.venv/bin/ccswitchd"), Path("/tmp/ci-clone"), Path("/var/tmp/py/bin/python")]
+    lines = install(tmp_path, install_paths=in_tmp)
+    dropin = (tmp_path / TMP_DROPIN_DST).read_text()
+    assert "BindReadOnlyPaths=/tmp/ci-clone\n" in dropin and "BindReadOnlyPaths=/var/tmp/py\n" in dropin
+    assert dropin.count("BindReadOnlyPaths=") == 2 and "[Service]" in dropin
+    assert any("PrivateTmp" in line for line in lines)
+    assert not any("drop-in" in line for line in install(tmp_path, install_paths=in_tmp))  # idempotent
+    assert any("removed" in line for line in install(tmp_path, install_paths=[Path("/opt/x/bin/ccswitchd")]))
+    assert not (tmp_path / TMP_DROPIN_DST).exists()
