@@ -154,19 +154,8 @@ wait_until() {
 }
 
 # ------------------------------------------------------------------ install
-CONFIG='[daemon]
-tick_s = 0.2
-[policy]
-kind = "static"
-static_cca = "@CCA@"
-[guard]
-consecutive = 2
-min_dwell_s = 1.0
-eval_window_s = 1.0
-revert_threshold = 1000.0
-[flows]
-min_age_s = 0.5'
-write_config() { printf '%s\n' "${CONFIG/@CCA@/$1}" | in_ct tee /etc/ccswitch/ccswitch.toml >/dev/null; }
+CONFIG="$(cat "$REPO/tests/fixtures/daemon-static-fast.toml")"   # the daemon tests' fast static config
+write_config() { printf '%s\n' "${CONFIG/static_cca = \"cubic\"/static_cca = \"$1\"}" | in_ct tee /etc/ccswitch/ccswitch.toml >/dev/null; }
 
 if out="$(in_ct "$VENV/bin/ccswitch" daemon install 2>&1)" && in_ct test -f /etc/systemd/system/ccswitchd.service \
         && grep -q "daemon-reload: done" <<<"$out"; then

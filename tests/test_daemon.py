@@ -125,20 +125,8 @@ def decisions(d: Daemon) -> list[dict]:
     return [json.loads(line) for line in d.decisions.read_text().splitlines() if line.strip()]
 
 
-STATIC = """
-[daemon]
-tick_s = 0.2
-[policy]
-kind = "static"
-static_cca = "cubic"
-[guard]
-consecutive = 2
-min_dwell_s = 1.0
-eval_window_s = 1.0
-revert_threshold = 1000.0
-[flows]
-min_age_s = 0.5
-"""
+STATIC = (Path(__file__).parent / "fixtures" / "daemon-static-fast.toml").read_text()
+"""Every managed flow to cubic, fast; shared with scripts/systemd-check.sh."""
 
 
 def test_daemon_switches_a_real_flow_and_respects_a_manual_pin(bottleneck, server, tmp_path: Path) -> None:
