@@ -10,7 +10,7 @@ import socket
 import statistics
 from collections.abc import Iterator
 
-from ccswitch.testbed.netns import create_netns, delete_netns, entered
+from ccswitch.testbed.runs.netns import create_netns, delete_netns, entered
 
 
 @contextlib.contextmanager

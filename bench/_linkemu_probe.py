@@ -1,7 +1,7 @@
 """Measuring linkemu from the endpoints with ``linkemu-probe``: the runs the fidelity benchmarks share.
 
 bench/emulator_fidelity.py and bench/dualpi2_fidelity.py build a 1-client
-topology (client, router and server namespaces, see ccswitch.testbed.topology),
+topology (client, router and server namespaces, see ccswitch.testbed.runs.topology),
 run linkemu in the router and measure outside it with ``linkemu-probe`` (built
 with linkemu): a sendmmsg-paced UDP sender stamping CLOCK_REALTIME into each
 datagram and a receiver reading the kernel's receive timestamp, so one-way
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ccswitch.testbed.emulator import CRATE_DIR, Emulator, binary_path, emulator_config, link
-from ccswitch.testbed.netns import nsenter_argv
-from ccswitch.testbed.topology import Topology
+from ccswitch.testbed.runs.emulator import CRATE_DIR, Emulator, binary_path, emulator_config, link
+from ccswitch.testbed.runs.netns import nsenter_argv
+from ccswitch.testbed.runs.topology import Topology
 
 PROBE = CRATE_DIR / "target" / "release" / "linkemu-probe"
 PAYLOAD = 1400

@@ -42,7 +42,7 @@ import threading
 import time
 from pathlib import Path
 
-from ccswitch.testbed.netns import create_netns, delete_netns, nsenter_argv
+from ccswitch.testbed.runs.netns import create_netns, delete_netns, nsenter_argv
 
 REPO = Path(__file__).resolve().parents[1]
 BOUNDS = {"map_growth": 16, "rss_growth_mb": 15.0, "own_p99_ms": 100.0}

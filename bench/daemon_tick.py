@@ -58,7 +58,7 @@ from ccswitch.daemon.config import parse_config
 from ccswitch.daemon.controller import Controller
 from ccswitch.daemon.policies import build_decider
 from ccswitch.schema import FLOW_SAMPLE_SCHEMA
-from ccswitch.testbed.netns import create_netns, delete_netns, entered, nsenter_argv
+from ccswitch.testbed.runs.netns import create_netns, delete_netns, entered, nsenter_argv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import private_netns, socket_pairs

@@ -51,8 +51,8 @@ from typing import Any
 
 import _linkemu_probe as lp
 
-from ccswitch.testbed.emulator import Emulator, dualpi2, emulator_config, link
-from ccswitch.testbed.topology import Topology
+from ccswitch.testbed.runs.emulator import Emulator, dualpi2, emulator_config, link
+from ccswitch.testbed.runs.topology import Topology
 
 PFIFO: dict[str, Any] = {"kind": "pfifo", "limit_pkts": 1000}
 QDISCS: dict[str, dict[str, Any]] = {"pfifo": PFIFO, "dualpi2": dualpi2()}

@@ -1,7 +1,7 @@
 """Link-emulator fidelity: configured vs measured rate and delay, and the highest forwarding rate.
 
 Builds a 1-client topology (client, router and server namespaces, see
-ccswitch.testbed.topology), runs linkemu in the router and measures at the
+ccswitch.testbed.runs.topology), runs linkemu in the router and measures at the
 endpoints, outside the emulator, with ``linkemu-probe`` (built with linkemu: a
 sendmmsg-paced UDP sender that stamps CLOCK_REALTIME into each datagram, and a
 receiver that reads the kernel's receive timestamp, so one-way delay is
@@ -53,8 +53,8 @@ from _linkemu_probe import (
     send,
 )
 
-from ccswitch.testbed.emulator import Emulator, emulator_config, link
-from ccswitch.testbed.topology import Topology
+from ccswitch.testbed.runs.emulator import Emulator, emulator_config, link
+from ccswitch.testbed.runs.topology import Topology
 
 
 def emulator_rate(emu: Emulator) -> float:

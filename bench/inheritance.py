@@ -16,8 +16,8 @@ import statistics
 import time
 
 from ccswitch.dataplane import DataPlane
-from ccswitch.testbed.iperf import start_flow, start_server
-from ccswitch.testbed.netns import Bottleneck, entered
+from ccswitch.testbed.runs.iperf import start_flow, start_server
+from ccswitch.testbed.runs.netns import Bottleneck, entered
 
 TICK_S = 0.1
 CPORT = 43001

@@ -96,8 +96,8 @@ from ccswitch.bpf.libbpf import Link
 from ccswitch.dataplane import DataPlane, install_signal_handlers
 from ccswitch.host import HostError, cgroup2_root, require_root
 from ccswitch.sampler import Sampler
-from ccswitch.testbed.iperf import IperfFlow, IperfResult, start_flow, start_server
-from ccswitch.testbed.netns import Bottleneck, entered
+from ccswitch.testbed.runs.iperf import IperfFlow, IperfResult, start_flow, start_server
+from ccswitch.testbed.runs.netns import Bottleneck, entered
 
 # ---- parameters (defaults of the command line) ----
 RATE_MBIT = 2000.0      # offered rate of the paced flow, Mbit/s

@@ -59,7 +59,7 @@ class CeMarker:
 
     def __init__(self, ns: str, dev: str, prob: float, direction: str = "ingress",
                  obj_path: Path = OBJ_PATH):
-        from ccswitch.testbed.netns import entered  # testbed imports bpf, not the reverse
+        from ccswitch.testbed.runs.netns import entered  # testbed imports bpf, not the reverse
 
         if direction not in DIRECTIONS:
             raise ValueError(f"unknown direction '{direction}'; use 'ingress' or 'egress'")
@@ -95,7 +95,7 @@ class CeMarker:
         return STATS.unpack(raw) if raw else (0, 0)
 
     def close(self) -> None:
-        from ccswitch.testbed.netns import entered, netns_exists
+        from ccswitch.testbed.runs.netns import entered, netns_exists
 
         if self._hook is not None and netns_exists(self.ns):
             opts = _TcOpts(ctypes.sizeof(_TcOpts), 0, 0, 0, 1, PRIORITY)

@@ -84,7 +84,7 @@ def default_cca(ns: str | None = None) -> str:
     """The default congestion control of network namespace `ns` (None: the caller's)."""
     if ns is None:
         return Path(DEFAULT_SYSCTL).read_text().strip()
-    from ccswitch.testbed.netns import run_in  # testbed imports bpf, not the reverse
+    from ccswitch.testbed.runs.netns import run_in  # testbed imports bpf, not the reverse
 
     return run_in(ns, ["sysctl", "-n", "net.ipv4.tcp_congestion_control"],
                   capture_output=True, text=True).stdout.strip()
@@ -95,7 +95,7 @@ def set_default(ns: str | None, cca: str) -> None:
     if ns is None:
         Path(DEFAULT_SYSCTL).write_text(cca)
         return
-    from ccswitch.testbed.netns import run_in
+    from ccswitch.testbed.runs.netns import run_in
 
     run_in(ns, ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={cca}"])
 

@@ -74,7 +74,7 @@ def _in_netns(name: str | None) -> Iterator[None]:
     if not name:
         yield
         return
-    from ccswitch.testbed.netns import entered
+    from ccswitch.testbed.runs.netns import entered
 
     with entered(name):
         yield
@@ -231,6 +231,15 @@ def testbed() -> None:
     """Emulated testbed: run scenario files, report run folders, clean up."""
 
 
+def _add_matrix() -> None:
+    from ccswitch.cli_matrix import matrix
+
+    testbed.add_command(matrix)
+
+
+_add_matrix()
+
+
 def _testbed_fail(exc: BaseException) -> None:
     import os
 
@@ -261,7 +270,7 @@ def testbed_run(scenario: str, out_dir: str | None, server: str | None, clients:
     from pathlib import Path
 
     from ccswitch.dataplane import install_signal_handlers
-    from ccswitch.testbed.runner import External, run_scenario
+    from ccswitch.testbed.runs.runner import External, run_scenario
     from ccswitch.testbed.scenario import load_scenario
 
     if (clients or start_at is not None) and not server:
@@ -285,7 +294,7 @@ def testbed_report(directory: str, no_plots: bool) -> None:
     """Recompute tables and plots of a run folder (or of every run folder below DIRECTORY)."""
     from pathlib import Path
 
-    from ccswitch.testbed.report import report_dir
+    from ccswitch.testbed.reports.run import report_dir
 
     try:
         runs = report_dir(Path(directory), plots=not no_plots)
@@ -302,7 +311,7 @@ def testbed_merge(out: str, parts: tuple[str, ...]) -> None:
     """Join the run folders of several client hosts (external mode) into OUT and report it."""
     from pathlib import Path
 
-    from ccswitch.testbed.report import merge_runs, report_run
+    from ccswitch.testbed.reports.run import merge_runs, report_run
 
     try:
         merged = merge_runs(Path(out), [Path(p) for p in parts])
@@ -316,7 +325,7 @@ def testbed_merge(out: str, parts: tuple[str, ...]) -> None:
 @click.option("--unowned", is_flag=True, help="Also remove ccs-* namespaces without an owner record.")
 def testbed_cleanup(unowned: bool) -> None:
     """Remove testbed namespaces (and their processes) left by crashed or killed runs."""
-    from ccswitch.testbed.runner import cleanup
+    from ccswitch.testbed.runs.runner import cleanup
 
     removed = cleanup(include_unowned=unowned)
     click.echo(f"removed {len(removed)} namespace(s)" + (f": {' '.join(removed)}" if removed else ""))

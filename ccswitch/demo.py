@@ -21,8 +21,8 @@ from rich.table import Table
 from ccswitch.bpf.switcher import SwitchResult
 from ccswitch.dataplane import DataPlane, install_signal_handlers
 from ccswitch.metrics import jain_index
-from ccswitch.testbed.iperf import start_flow, start_server
-from ccswitch.testbed.netns import Bottleneck, entered
+from ccswitch.testbed.runs.iperf import start_flow, start_server
+from ccswitch.testbed.runs.netns import Bottleneck, entered
 
 console = Console()
 PORTS = {"A": 5201, "B": 5202}

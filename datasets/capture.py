@@ -233,7 +233,7 @@ def record_live(out_dir: str | Path, *, duration_s: float, interval_s: float = 1
     collector = _Collector(None)
     ns_ctx: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if netns:
-        from ccswitch.testbed.netns import entered
+        from ccswitch.testbed.runs.netns import entered
 
         ns_ctx = entered(netns)
     with ns_ctx, DataPlane(pcc=False) as dp:
@@ -265,8 +265,8 @@ def capture_bottleneck(out_dir: str | Path, cond: Condition, arm: Arm, *, seed: 
     """Run one arm of one condition through a routed tbf bottleneck; write the capture."""
     from ccswitch.bpf.switcher import SwitchError
     from ccswitch.dataplane import DataPlane
-    from ccswitch.testbed.iperf import IperfError, start_flow, start_server
-    from ccswitch.testbed.netns import Bottleneck, entered
+    from ccswitch.testbed.runs.iperf import IperfError, start_flow, start_server
+    from ccswitch.testbed.runs.netns import Bottleneck, entered
 
     for what, value in (("delay_ms", cond.delay_ms), ("loss", cond.loss), ("wifi", cond.wifi),
                         ("remote_competitors", cond.remote_competitors)):

@@ -4,7 +4,7 @@ A corpus spec (TOML; ``datasets/specs/``) names the matrix::
 
     name = "sample"
     backend = "bottleneck"      # "bottleneck": routed tbf (datasets/capture.py), rate + queue only;
-                                # "runner": the testbed runner (testbed/runner.py), which adds
+                                # "runner": the testbed runner (testbed/runs/runner.py), which adds
                                 # delay, loss and WiFi through linkemu
     duration_s = 24             # per run
     interval_s = 1.0            # sampling interval = the agent's decision interval
@@ -263,7 +263,7 @@ def _pfifo_packets(cond: Condition) -> int:
 
 
 def scenario_text(spec: CorpusSpec, run: Run) -> str:
-    """The testbed scenario (testbed/scenario.py format) of one run of the runner backend."""
+    """The testbed scenario (testbed/scenario/ format) of one run of the runner backend."""
     cond, arm = run.condition, run.arm
     linkemu = bool(cond.delay_ms or cond.loss or cond.wifi)
     clients = 1 + len(cond.remote_competitors)
@@ -323,7 +323,8 @@ def _inline_toml(d: dict[str, Any]) -> str:
 def runner_available() -> str | None:
     """None if the testbed runner can be driven, else why not."""
     try:
-        from ccswitch.testbed import runner, scenario  # noqa: F401
+        from ccswitch.testbed import scenario  # noqa: F401
+        from ccswitch.testbed.runs import runner  # noqa: F401
     except ImportError as e:
         return f"the testbed runner is not available ({e})"
     return None
@@ -333,7 +334,7 @@ def capture_runner(out_dir: Path, spec: CorpusSpec, run: Run, progress: bool) ->
     """One run through the testbed runner, then a manifest over its run folder."""
     import pyarrow.parquet as pq
 
-    from ccswitch.testbed.runner import RunError, run_once
+    from ccswitch.testbed.runs.runner import RunError, run_once
     from ccswitch.testbed.scenario import ScenarioError, parse_scenario
 
     text = scenario_text(spec, run)

@@ -1,1 +1,25 @@
-"""testbed (filled in by a later issue)."""
+"""The emulated testbed, in the order a scenario flows through it.
+
+``scenario/``  the contract: scenario files (``model``, ``parse``), a scenario's
+               arms (``arms``), its daemon settings as ccswitchd config
+               (``daemon_config``), the declarative scenario space and its
+               generator of train/dev/test splits (``space``, ``generate``)
+``runs/``      carrying a scenario out on network namespaces: ``netns``,
+               ``topology``, the link (``emulator``: linkemu), ``iperf``,
+               ``daemons`` (ccswitchd per client), ``runner`` (one scenario,
+               one folder per seed), ``matrix`` (many scenarios x arms x seeds,
+               resumable, locally or on a Ray cluster via ``cluster``)
+``reports/``   reading run folders back: ``run`` (one run: tables, plots, the
+               last-half target metrics), ``experiments`` (the nine hand-written
+               fairness scenarios), ``matrix`` (a whole matrix: one Markdown
+               report with CDFs and per-category breakdowns)
+``experiments`` the nine-scenario driver (``python -m ccswitch.testbed.experiments``)
+
+Beside them, not Python packages: ``scenarios/`` (committed scenario files,
+``scenarios/space.toml`` and the committed ``scenarios/matrix/`` dev and test
+splits), ``linkemu/`` (the Rust link emulator), ``l4s/`` (a real DualPI2
+router kit), ``mikrotik/`` (the real hAP ax3's RouterOS configuration).
+
+Dependencies point one way: scenario <- runs, scenario <- reports, and
+runs -> reports.run only to render each finished run folder.
+"""

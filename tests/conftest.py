@@ -7,7 +7,7 @@ and named network namespaces.  When one of these is missing such a test is
 
 Fixtures:
 
-* ``bottleneck`` -- a fresh :class:`ccswitch.testbed.netns.Bottleneck` (50 Mbit/s
+* ``bottleneck`` -- a fresh :class:`ccswitch.testbed.runs.netns.Bottleneck` (50 Mbit/s
   tbf by default; override with ``@pytest.mark.bottleneck(rate_mbit=10, ...)``).
 * ``iperf3`` -- path of the iperf3 binary (skip/fail like ``kernel`` if absent).
 * ``require`` -- ``require(ok, reason)`` skips (or fails under CI) unless *ok*.
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from ccswitch.testbed import netns as tbnetns
+from ccswitch.testbed.runs import netns as tbnetns
 
 
 def in_ci() -> bool:

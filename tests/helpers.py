@@ -7,7 +7,7 @@ import subprocess
 import time
 
 from ccswitch.dataplane import DataPlane
-from ccswitch.testbed.netns import nsenter_argv
+from ccswitch.testbed.runs.netns import nsenter_argv
 
 
 def sample_for(dp: DataPlane, seconds: float, sport: int, interval: float = 1.0) -> list[dict]:

@@ -26,7 +26,7 @@ import pytest
 
 from ccswitch.daemon.protocol import request
 from ccswitch.schema import FLOW_SAMPLE_SCHEMA
-from ccswitch.testbed.netns import nsenter_argv, popen_in
+from ccswitch.testbed.runs.netns import nsenter_argv, popen_in
 
 pytestmark = pytest.mark.kernel
 REPO = Path(__file__).resolve().parents[1]

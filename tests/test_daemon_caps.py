@@ -49,7 +49,7 @@ import test_daemon
 from test_daemon import STATIC, Daemon, bpf_programs_of, data_flows, iperf, wait_for
 from test_daemon import server as server  # the fixture, reused
 
-from ccswitch.testbed.netns import nsenter_argv
+from ccswitch.testbed.runs.netns import nsenter_argv
 
 from helpers import ss_info
 

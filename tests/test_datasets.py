@@ -372,7 +372,7 @@ def test_capture_bottleneck_arm_with_switch(tmp_path: Path, iperf3: str) -> None
 @pytest.mark.kernel
 def test_record_live_from_the_monitor(tmp_path: Path, bottleneck: object, iperf3: str) -> None:
     from ccswitch.datasets.capture import record_live
-    from ccswitch.testbed.iperf import start_flow, start_server
+    from ccswitch.testbed.runs.iperf import start_flow, start_server
 
     bn = bottleneck
     with start_server(bn.receiver, 5201, bind=bn.receiver_addr), \

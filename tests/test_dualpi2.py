@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from ccswitch.testbed.emulator import Emulator, binary_path, dualpi2, emulator_config, link
-from ccswitch.testbed.iperf import start_flow, start_server
-from ccswitch.testbed.netns import run_in
+from ccswitch.testbed.runs.emulator import Emulator, binary_path, dualpi2, emulator_config, link
+from ccswitch.testbed.runs.iperf import start_flow, start_server
+from ccswitch.testbed.runs.netns import run_in
+from ccswitch.testbed.runs.topology import Topology
 from ccswitch.testbed.scenario import DualPi2, ScenarioError, parse_scenario
-from ccswitch.testbed.topology import Topology
 
 RATE = 20.0  # Mbit/s: ~1.7 kpps of 1500-byte packets; 15 ms = 25 packets
 DELAY = 5.0  # ms each way

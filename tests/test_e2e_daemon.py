@@ -152,8 +152,8 @@ def test_daemon_start_failure_is_one_clear_error(tmp_path: Path) -> None:
     import glob
     import secrets
 
-    from ccswitch.testbed import netns as tbnetns
-    from ccswitch.testbed.daemons import DaemonError, daemon_running
+    from ccswitch.testbed.runs import netns as tbnetns
+    from ccswitch.testbed.runs.daemons import DaemonError, daemon_running
     from ccswitch.testbed.scenario import DaemonSettings, parse_scenario
 
     sc = parse_scenario('duration_s = 10\n[[flows]]\nclient = 1\ncca = "cubic"\n', "s.toml",

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from ccswitch.host import available_ccas
-from ccswitch.testbed.netns import nsenter_argv
+from ccswitch.testbed.runs.netns import nsenter_argv
 
 pytestmark = pytest.mark.kernel
 CLI = [sys.executable, "-m", "ccswitch.cli"]

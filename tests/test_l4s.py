@@ -150,7 +150,7 @@ def test_pair_through_dualpi2_keeps_the_l_queue_shallow(tmp_path: Path, iperf3: 
     import pyarrow.parquet as pq
 
     from ccswitch.bpf.prague import ensure_prague
-    from ccswitch.testbed.runner import run_once
+    from ccswitch.testbed.runs.runner import run_once
     from ccswitch.testbed.scenario import load_scenario
 
     sc = load_scenario(REPO / "testbed" / "scenarios" / "l4s-pair-cubic-vs-prague-15s.toml")

@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ccswitch.bpf.prague import default_cca
-from ccswitch.testbed.iperf import start_server
-from ccswitch.testbed.netns import nsenter_argv
+from ccswitch.testbed.runs.iperf import start_server
+from ccswitch.testbed.runs.netns import nsenter_argv
 from ccswitch.testbed.scenario import BASE_PORT
 
 pytestmark = pytest.mark.kernel

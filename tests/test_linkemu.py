@@ -1,8 +1,8 @@
 """linkemu, the userspace link emulator (testbed/linkemu): its Rust unit tests, the CLI
 contract, and traffic through the real emulator between namespaces.
 
-The kernel tests build a client/router/server topology (ccswitch.testbed.topology),
-run the release binary in the router with :class:`ccswitch.testbed.emulator.Emulator`
+The kernel tests build a client/router/server topology (ccswitch.testbed.runs.topology),
+run the release binary in the router with :class:`ccswitch.testbed.runs.emulator.Emulator`
 and check what the endpoints see: ping RTT equals the configured delay within 1 ms, an
 iperf3 UDP flow at twice the configured rate is delivered at the rate within 3 %, and
 nothing (process, namespace) is left behind.
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from ccswitch.testbed.emulator import CRATE_DIR, Emulator, EmulatorError, binary_path, emulator_config, link
-from ccswitch.testbed.iperf import start_flow, start_server
-from ccswitch.testbed.netns import entered, run_in
-from ccswitch.testbed.topology import Topology
+from ccswitch.testbed.runs.emulator import CRATE_DIR, Emulator, EmulatorError, binary_path, emulator_config, link
+from ccswitch.testbed.runs.iperf import start_flow, start_server
+from ccswitch.testbed.runs.netns import entered, run_in
+from ccswitch.testbed.runs.topology import Topology
 
 PAYLOAD = 1400
 IP_UDP = 28  # the emulator charges IP bytes: payload + IPv4 + UDP headers

@@ -15,8 +15,8 @@ import pytest
 
 from ccswitch.dataplane import DataPlane
 from ccswitch.host import cgroup2_root
-from ccswitch.testbed.iperf import start_flow, start_server
-from ccswitch.testbed.netns import entered, nsenter_argv
+from ccswitch.testbed.runs.iperf import start_flow, start_server
+from ccswitch.testbed.runs.netns import entered, nsenter_argv
 
 from helpers import sample_for, ss_info
 

@@ -1,4 +1,4 @@
-"""Tests of the namespace testbed (ccswitch.testbed.netns) and iperf3 helpers."""
+"""Tests of the namespace testbed (ccswitch.testbed.runs.netns) and iperf3 helpers."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ccswitch.testbed import netns as tbnetns
-from ccswitch.testbed.iperf import IperfError, parse_result, run_flow, start_flow, start_server
-from ccswitch.testbed.netns import Bottleneck, entered, netns_path, run_in
+from ccswitch.testbed.runs import netns as tbnetns
+from ccswitch.testbed.runs.iperf import IperfError, parse_result, run_flow, start_flow, start_server
+from ccswitch.testbed.runs.netns import Bottleneck, entered, netns_path, run_in
 
 RATE_MBIT = 50.0
 
@@ -263,7 +263,7 @@ def _start_child(body: str) -> tuple[subprocess.Popen[str], list[str]]:
     code = textwrap.dedent(
         """
         import sys, time
-        from ccswitch.testbed.netns import Bottleneck
+        from ccswitch.testbed.runs.netns import Bottleneck
         """
     ) + textwrap.dedent(body)
     child = subprocess.Popen(

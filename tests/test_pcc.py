@@ -14,8 +14,8 @@ import pytest
 from ccswitch.dataplane import DataPlane
 from ccswitch.host import available_ccas
 from ccswitch.metrics import jain_index
-from ccswitch.testbed.iperf import start_flow, start_server
-from ccswitch.testbed.netns import entered, run_in
+from ccswitch.testbed.runs.iperf import start_flow, start_server
+from ccswitch.testbed.runs.netns import entered, run_in
 
 pytestmark = pytest.mark.kernel
 RATE_MBIT = 50.0

@@ -55,7 +55,7 @@ from ccswitch.bpf.libbpf import BPF_CAPS, CAP_BITS, missing_capabilities
 from ccswitch.bpf.pcc import KERNEL, OWN, SEEDABLE, SHARED, SHARED_UNSEEDED, SOURCES, PccHandle, ensure_pcc
 from ccswitch.bpf.switcher import Switcher
 from ccswitch.host import available_ccas
-from ccswitch.testbed.netns import create_netns, delete_netns, entered, nsenter_argv
+from ccswitch.testbed.runs.netns import create_netns, delete_netns, entered, nsenter_argv
 
 REPO = Path(__file__).resolve().parents[1]
 SO_COOKIE = 57  # asm-generic/socket.h

@@ -29,8 +29,8 @@ from ccswitch.bpf.cemark import CeMarker
 from ccswitch.bpf.prague import PRAGUE_DSCP, STRUCT_OPS_MAP, ensure_prague, make_default
 from ccswitch.dataplane import DataPlane
 from ccswitch.host import available_ccas
-from ccswitch.testbed.iperf import start_flow, start_server
-from ccswitch.testbed.netns import entered, popen_in
+from ccswitch.testbed.runs.iperf import start_flow, start_server
+from ccswitch.testbed.runs.netns import entered, popen_in
 
 pytestmark = pytest.mark.kernel
 RATE_MBIT = 50.0
@@ -267,8 +267,8 @@ def test_prague_through_dualpi2_is_l4s_and_marked(require, iperf3) -> None:
     loaded 2-core VM, as in tests/test_l4s.py) while the flow gets >= 70% of
     the link (1 mark per few RTTs costs little; 70% leaves room for the start).
     """
-    from ccswitch.testbed.emulator import Emulator, binary_path, dualpi2, emulator_config, link
-    from ccswitch.testbed.topology import Topology
+    from ccswitch.testbed.runs.emulator import Emulator, binary_path, dualpi2, emulator_config, link
+    from ccswitch.testbed.runs.topology import Topology
 
     require(binary_path().is_file(), f"linkemu is not built ({binary_path()}); run scripts/setup.sh")
     rate, port = 20.0, 5451

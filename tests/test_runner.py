@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ccswitch.schema import FLOW_SAMPLE_SCHEMA
-from ccswitch.testbed import netns as tbnetns
+from ccswitch.testbed.runs import netns as tbnetns
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = REPO / "testbed" / "scenarios"

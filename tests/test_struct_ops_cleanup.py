@@ -37,8 +37,8 @@ import pytest
 
 from ccswitch.bpf.libbpf import BPF_F_LINK, BpfObject, _lib
 from ccswitch.bpf.prague import ALLOWED_SYSCTL, default_cca, make_default
-from ccswitch.testbed.iperf import start_flow, start_server
-from ccswitch.testbed.netns import Bottleneck, nsenter_argv
+from ccswitch.testbed.runs.iperf import start_flow, start_server
+from ccswitch.testbed.runs.netns import Bottleneck, nsenter_argv
 
 pytestmark = pytest.mark.kernel
 BPF_DIR = Path(__file__).resolve().parents[1] / "bpf"

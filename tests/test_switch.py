@@ -7,8 +7,8 @@ import time
 import pytest
 
 from ccswitch.dataplane import DataPlane
-from ccswitch.testbed.iperf import start_flow, start_server
-from ccswitch.testbed.netns import entered
+from ccswitch.testbed.runs.iperf import start_flow, start_server
+from ccswitch.testbed.runs.netns import entered
 
 from helpers import sample_for, ss_info
 

@@ -58,7 +58,7 @@ STATE_DIR="${CCSWITCH_L4S_STATE:-/run/ccswitch-l4s}"
 # ---------------------------------------------------------------- defaults ---
 MIN_KERNEL="6.17"        # sch_dualpi2 merged in Linux 6.17
 MIN_IPROUTE2="6.18.0"    # first iproute2 release with tc-dualpi2
-BASE_PORT=5201           # the runner's flows[i] use BASE_PORT + i (testbed/scenario.py)
+BASE_PORT=5201           # the runner's flows[i] use BASE_PORT + i (testbed/scenario/)
 DSCP_L4S_CLASSID=1       # dualpi2 classid 1: L queue, ECN-marked (2 = L queue, never dropped)
 
 DRY_RUN=0

@@ -1,7 +1,7 @@
 """L4S-vs-Classic results of testbed runs through DualPI2: tables and paper-004-style plots.
 
 Input: run folders of the ``l4s-*`` scenarios (``ccswitch testbed run``; layout
-in testbed/runner.py).  A flow is **L4S** when it runs ``prague`` (it sits in
+in testbed/runs/runner.py).  A flow is **L4S** when it runs ``prague`` (it sits in
 DualPI2's L queue: DSCP 40), otherwise **Classic** (C queue).  Its RTT group
 is its client's base RTT plus the scenario's per-client extra delay.
 

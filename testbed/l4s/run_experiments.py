@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ccswitch.testbed.runner import run_scenario
+from ccswitch.testbed.runs.runner import run_scenario
 from ccswitch.testbed.scenario import ScenarioError, load_scenario
 
 HERE = Path(__file__).resolve().parent

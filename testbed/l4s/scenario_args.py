@@ -1,7 +1,7 @@
 """A testbed scenario's DualPI2 bottleneck -> options of ``dualpi2-router.sh``.
 
 The emulated and the real router must run the same AQM with the same
-parameters.  The scenario file (``testbed/scenario.py``, the one definition)
+parameters.  The scenario file (``testbed/scenario/``, the one definition)
 describes the bottleneck as ``[link.uplink]`` with ``rate_mbit`` and
 ``qdisc = { kind = "dualpi2", ... }`` in linkemu's terms
 (``testbed/linkemu/README.md``); this module maps that onto the names of

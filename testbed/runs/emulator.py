@@ -5,8 +5,8 @@ end, impairing IP traffic per direction (rate or Mahimahi trace, delay,
 loss, pfifo/CoDel/DualPI2, a shared WiFi medium); its config format is documented in
 ``testbed/linkemu/README.md``.  Typical use with the testbed topology::
 
-    from ccswitch.testbed.emulator import Emulator, emulator_config, link
-    from ccswitch.testbed.topology import Topology
+    from ccswitch.testbed.runs.emulator import Emulator, emulator_config, link
+    from ccswitch.testbed.runs.topology import Topology
 
     with Topology(2) as topo:
         cfg = emulator_config(topo.client_ifs, topo.server_if,
@@ -21,7 +21,7 @@ loss, pfifo/CoDel/DualPI2, a shared WiFi medium); its config format is documente
 outputs and reads ``summary.json``.  It raises :class:`EmulatorError` (with
 linkemu's stderr) when the binary is missing, the config is refused (exit 2)
 or linkemu dies.  A process left over by a crashed caller is killed with the
-namespace (:func:`ccswitch.testbed.netns.delete_netns` kills what runs inside).
+namespace (:func:`ccswitch.testbed.runs.netns.delete_netns` kills what runs inside).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ __all__ = [
     "link",
 ]
 
-CRATE_DIR = Path(__file__).resolve().parent / "linkemu"
+CRATE_DIR = Path(__file__).resolve().parents[1] / "linkemu"
 """The Rust crate (``cargo build --release --manifest-path testbed/linkemu/Cargo.toml``)."""
 
 EXIT_CONFIG = 2

@@ -2,20 +2,20 @@
 
 One run (one seed) goes like this::
 
-    Topology (clients, router, server)        testbed/topology.py
-    -> link emulator in the router            linkemu (testbed/emulator.py) or the kernel bridge
+    Topology (clients, router, server)        testbed/runs/topology.py
+    -> link emulator in the router            linkemu (testbed/runs/emulator.py) or the kernel bridge
     -> iperf3 servers (-J) in the server      one per flow, port BASE_PORT + flow index
     -> tshark on the server's veth            headers only, filtered on the iperf3 ports
     -> one monitor thread per client          DataPlane inside the client namespace: samples
                                               every sample_interval_s, runs the scripted switches
-       or, with the daemon on that client,    ccswitchd in the namespace (testbed/daemons.py): it
+       or, with the daemon on that client,    ccswitchd in the namespace (testbed/runs/daemons.py): it
                                               samples every tick and decides; the thread sends the
                                               scripted switches through its socket; its record is
                                               re-binned onto sample_interval_s at the end
     -> the scenario clock starts; flows start at their start_s (iperf3 -J --cport)
     -> a progress line on stderr until the end
     -> everything stops in reverse order; the run folder gets the raw outputs,
-       then :func:`ccswitch.testbed.report.report_run` adds the tables and plots.
+       then :func:`ccswitch.testbed.reports.run.report_run` adds the tables and plots.
 
 Run folder (``OUT/run-01-seed-1/``)::
 
@@ -61,10 +61,10 @@ import pyarrow.parquet as pq
 
 from ccswitch.schema import FLOW_SAMPLE_SCHEMA
 
+from ..scenario import Flow, Scenario, Switch
 from .daemons import KILL_TIMEOUT_S, START_TIMEOUT_S, STOP_TIMEOUT_S, DaemonError, DaemonProcess, daemon_running
 from .iperf import IperfError, IperfFlow, IperfServer, start_flow, start_server
 from .netns import cleanup_leftovers, entered, nsenter_argv
-from .scenario import Flow, Scenario, Switch
 from .topology import Topology, kernel_emulator
 
 __all__ = [
@@ -117,7 +117,7 @@ def daemon_session(client: int, client_ns: str | None, scenario: Scenario, flows
                    run_dir: Path) -> Iterator[DaemonProcess]:
     """ccswitchd in one client's namespace (None = this host, external mode) while the run lasts.
 
-    Config, socket, record and decisions as testbed/daemons.py describes,
+    Config, socket, record and decisions as testbed/runs/daemons.py describes,
     under ``run_dir/daemon/C<client>/``; stopped with SIGTERM (SIGKILL on
     timeout) when the block ends, also through an exception.
     """
@@ -287,7 +287,7 @@ class DaemonClient(threading.Thread):
     the scripted switches through its socket (a manual override the guard
     respects) and afterwards turns its record into the run's samples:
     the iperf3 data flows' rows, re-binned onto the scenario's interval by
-    :func:`ccswitch.testbed.report.rebin_samples`.  Same interface as
+    :func:`ccswitch.testbed.reports.run.rebin_samples`.  Same interface as
     :class:`ClientMonitor` for the runner.
     """
 
@@ -385,7 +385,7 @@ class DaemonClient(threading.Thread):
             return dict(self.latest)
 
     def samples(self) -> pa.Table:
-        from .report import rebin_samples
+        from ..reports.run import rebin_samples
 
         if self._record is None or self._record.num_rows == 0:
             return FLOW_SAMPLE_SCHEMA.empty_table()
@@ -527,7 +527,7 @@ def run_scenario(sc: Scenario, out_dir: Path | None = None, *, external: Externa
 
     With several runs, *out_dir* also gets ``table.md`` aggregating them.
     """
-    from .report import report_dir, report_run
+    from ..reports.run import report_dir, report_run
 
     out_dir = out_dir or default_out_dir(sc)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -566,7 +566,7 @@ def run_once(sc: Scenario, run_dir: Path, *, seed: int = 1, label: str = "run",
         "mode": "external" if external else "netns", "emulator": None if external else sc.link.emulator,
         "uplink_rate_mbit": sc.link.uplink.rate_mbit, "phase_bounds_s": sc.phase_bounds(),
         "flows": [{"name": f.name, "client": f.client, "cca": f.cca, "start_s": f.start_s,
-                   "duration_s": f.duration_s, "port": f.port, "cport": f.cport} for f in flows],
+                   "duration_s": f.duration_s, "port": f.port, "cport": f.cport, "kind": f.kind} for f in flows],
         "switches": [{"at_s": s.at_s, "flow": s.flow, "cca": s.cca, "inherit": s.inherit}
                      for s in sc.switches if any(f.name == s.flow for f in flows)],
         "host": {"kernel": platform.release(), "python": platform.python_version()},

@@ -1,6 +1,6 @@
 """ccswitchd in a client namespace of a testbed run: config, process, records.
 
-For every client with the daemon on, the runner (testbed/runner.py) does::
+For every client with the daemon on, the runner (testbed/runs/runner.py) does::
 
     daemon/C<n>/ccswitchd.toml     config written here from the scenario's [daemon] table:
                                    tick, policy, inheritance, guard overrides, and the flows
@@ -30,15 +30,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..scenario import DaemonSettings, Flow, daemon_config, toml_text
 from .netns import nsenter_argv
-from .scenario import DaemonSettings, Flow
 
 __all__ = ["DaemonError", "DaemonProcess", "daemon_config", "toml_text"]
 
@@ -58,69 +58,6 @@ REQUEST_TIMEOUT_S = 10.0
 
 class DaemonError(RuntimeError):
     """ccswitchd could not be started, reached or stopped (the message says which client)."""
-
-
-# ----------------------------------------------------------------- config ---
-
-
-def daemon_config(settings: DaemonSettings, flows: Sequence[Flow]) -> dict[str, Any]:
-    """The ccswitchd config (keys of daemon/config.py) for one client's *flows*.
-
-    The daemon manages only the iperf3 data flows (their local ports; the
-    iperf3 control connections go to the same server port) and logs every
-    decision, also the keeps, so a run can be explained afterwards.
-    """
-    policy: dict[str, Any] = {"kind": settings.policy}
-    if settings.policy == "static":
-        policy["static_cca"] = settings.cca
-    if settings.policy_file is not None:
-        policy["file"] = str(settings.policy_file)
-    cfg: dict[str, Any] = {
-        "daemon": {"tick_s": settings.tick_s, "inherit": settings.inherit, "watchdog": False},
-        "policy": policy,
-        "flows": {"local_ports": sorted(f.cport for f in flows)},
-        "log": {"all_decisions": True},
-    }
-    if settings.guard:
-        cfg["guard"] = dict(settings.guard)
-    return cfg
-
-
-def check_settings(settings: DaemonSettings) -> list[str]:
-    """Problems the daemon's own validator (daemon/config.py) finds in the config of *settings*."""
-    try:
-        from ccswitch.daemon.config import ConfigError, parse_config
-    except ImportError:  # a daemon without a config module: it checks at start
-        return []
-    try:
-        parse_config(daemon_config(settings, []))
-    except ConfigError as e:
-        return list(e.problems)
-    return []
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # a JSON string is a valid TOML basic string
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} {v!r} as a TOML value")
-
-
-def toml_text(cfg: Mapping[str, Any], header: str = "") -> str:
-    """Top-level scalars, then one ``[table]`` per dict (one level, as the config needs)."""
-    lines = [f"# {h}" for h in header.splitlines()]
-    for k, v in cfg.items():
-        if not isinstance(v, Mapping):
-            lines.append(f"{k} = {_toml_value(v)}")
-    for k, v in cfg.items():
-        if isinstance(v, Mapping):
-            lines += ["", f"[{k}]", *(f"{kk} = {_toml_value(vv)}" for kk, vv in v.items())]
-    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------- process ---

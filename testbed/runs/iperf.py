@@ -1,6 +1,6 @@
 """iperf3 servers and flows inside network namespaces (see :mod:`.netns`).
 
-Typical use with a :class:`~ccswitch.testbed.netns.Bottleneck`::
+Typical use with a :class:`~ccswitch.testbed.runs.netns.Bottleneck`::
 
     with Bottleneck(rate_mbit=50) as bn, \\
             start_server(bn.receiver, 5201, bind=bn.receiver_addr), \\

@@ -339,32 +339,112 @@ def cca_changes(run: RunData) -> dict[str, list[tuple[float, str, str]]]:
     return out
 
 
+def trace_capacity_mbit(run: RunData, start_s: float, end_s: float) -> float | None:
+    """Mean uplink capacity (Mbit/s) of a trace-driven run over [start_s, end_s] of the scenario clock.
+
+    From the Mahimahi trace in emulator/config.json (opportunities x bytes per
+    opportunity, looped as linkemu loops it), shifted by linkemu's start
+    relative to the scenario clock.  None when the uplink has no trace.
+    """
+    emu = run.summary.get("emulator") or {}
+    cfg_path = run.run_dir / "emulator" / "config.json"
+    if not cfg_path.is_file() or "run" not in emu:
+        return None
+    up = json.loads(cfg_path.read_text()).get("uplink", {})
+    trace = up.get("trace")
+    if not trace or not Path(trace).is_file():
+        return None
+    ms = [int(x) for x in Path(trace).read_text().split()]
+    if not ms:
+        return None
+    period = max(ms[-1], 1)
+    per_opp = float(up.get("trace_bytes_per_opportunity") or 1500)
+    offset_s = float(emu["run"]["start_unix_s"]) - float(run.meta["t0_epoch"])  # scenario t = emu t + offset
+    a_ms, b_ms = (start_s - offset_s) * 1000.0, (end_s - offset_s) * 1000.0
+
+    def count_until(t_ms: float) -> float:  # opportunities in [0, t_ms) of the looped trace
+        loops, rest = divmod(max(t_ms, 0.0), period)
+        return loops * len(ms) + sum(1 for m in ms if m < rest)
+
+    n = count_until(b_ms) - count_until(a_ms)
+    return n * per_opp * 8 / (end_s - start_s) / 1e6 if end_s > start_s else None
+
+
+def _bulk(run: RunData) -> list[dict[str, Any]]:
+    """The flows the fairness targets judge: all but short web-like ones (scenario kind "web"),
+    with their lifetime (older run folders lack it: the whole run)."""
+    dur = float(run.meta["duration_s"])
+    return [{"start_s": 0.0, "duration_s": dur, **f} for f in run.flows if f.get("kind", "bulk") != "web"]
+
+
+def _alive(f: dict[str, Any], t_end: float, dt: float) -> bool:
+    """The flow ran for the whole grid interval [t_end - dt, t_end]."""
+    return float(f["start_s"]) <= t_end - dt + 1e-6 and t_end <= float(f["start_s"]) + float(f["duration_s"]) + 1e-6
+
+
+def _shares_by_interval(run: RunData, flows: Sequence[dict[str, Any]], half: Phase) -> dict[str, float]:
+    """Share of fair share when flows come and go: per interval, goodput over the mean of the
+    flows alive in that interval; a flow's share is its mean over the intervals it was alive."""
+    dt = run.meta["sample_interval_s"]
+    times, good, _ = _grid(run)
+    acc: dict[str, list[float]] = {f["name"]: [] for f in flows}
+    for k, t in enumerate(times):
+        if not half.holds(t - dt / 2):
+            continue
+        alive = [f["name"] for f in flows if _alive(f, t, dt)]
+        vals = {n: (0.0 if math.isnan(good[n][k]) else good[n][k]) for n in alive if n in good}
+        fair = sum(vals.values()) / len(vals) if vals else 0.0
+        if fair <= 0:
+            continue
+        for n, v in vals.items():
+            acc[n].append(v / fair)
+    return {n: sum(v) / len(v) for n, v in acc.items() if v}
+
+
 def last_half(run: RunData) -> dict[str, Any]:
     """Issue 5's target metrics over the last half of the run [duration/2, duration].
 
     share_of_fair[flow] = mean goodput / mean over the flows of their mean
-    goodput (1 = exactly its fair share of what the flows got together);
-    utilisation = linkemu's uplink delivery rate over the uplink rate when the
-    run has linkemu statistics, else the flows' wire throughput over it;
-    rtt_p95_ms = 95th percentile of the per-interval smoothed RTT of all flows.
+    goodput (1 = exactly its fair share of what the flows got together).  When
+    some bulk flow does not run through the whole window (a late joiner or an
+    early stopper), the share is computed per interval over the flows alive in
+    it and averaged over the intervals the flow was alive.  Web-like flows
+    (kind "web") load the path but are not judged.  utilisation = linkemu's
+    uplink delivery rate over the uplink's capacity (the constant rate, or the
+    trace's capacity over the same window) when the run has linkemu
+    statistics, else the flows' wire throughput over it; rtt_p95_ms = 95th
+    percentile of the per-interval smoothed RTT of the bulk flows.
     """
     dt, dur = run.meta["sample_interval_s"], run.meta["duration_s"]
     half = Phase(f"last half ({dur / 2:g}-{dur:g} s)", dur / 2, dur + dt)
     times, _, wire = _grid(run)
+    bulk = [f for f in _bulk(run) if float(f["start_s"]) + float(f["duration_s"]) > half.start_s]
     per_flow = {}
     rtts: list[float] = []
-    for f in run.flows:
+    for f in bulk:
         s = run.series[f["name"]]
         idx = _in_phase(s, half)
         per_flow[f["name"]] = nanmean(s.goodput_mbps[i] for i in idx)
         rtts += [s.rtt_ms[i] for i in idx]
-    names = [n for n, v in per_flow.items() if not math.isnan(v)]
-    vals = [per_flow[n] for n in names]
-    shares = dict(zip(names, throughput_ratios(vals), strict=True)) if vals else {}
+    whole = all(float(f["start_s"]) <= half.start_s and float(f["start_s"]) + float(f["duration_s"]) >= dur - 1e-6
+                for f in bulk)
+    if whole:
+        names = [n for n, v in per_flow.items() if not math.isnan(v)]
+        vals = [per_flow[n] for n in names]
+        shares = dict(zip(names, throughput_ratios(vals), strict=True)) if vals else {}
+        share_method = "means"
+    else:
+        shares = _shares_by_interval(run, bulk, half)
+        vals = list(shares.values())
+        share_method = "per-interval (flows come and go)"
     missing = [n for n in per_flow if n not in shares]
     for n in missing:  # a flow with no sample in the last half got nothing
         shares[n] = 0.0
     rate = run.meta.get("uplink_rate_mbit")
+    capacity_src = "rate"
+    if not rate:
+        rate = trace_capacity_mbit(run, half.start_s, dur)
+        capacity_src = "trace"
     emu = emulator_phase_stats(run, [half])
     if emu and (half.label, -1) in emu and rate:
         util, util_src = emu[(half.label, -1)]["rate_mbit"] / rate, "linkemu"
@@ -377,9 +457,10 @@ def last_half(run: RunData) -> dict[str, Any]:
     jain = jain_index([*vals, *[0.0] * len(missing)]) if vals else math.nan
     out = {
         "window": half.label, "start_s": half.start_s, "end_s": dur,
-        "throughput_mbps": per_flow, "share_of_fair": shares,
+        "throughput_mbps": per_flow, "share_of_fair": shares, "share_method": share_method,
         "min_share": shares[min_flow] if shares else math.nan, "min_share_flow": min_flow,
         "jain": jain, "utilisation": util, "utilisation_source": util_src,
+        "capacity_mbit": rate if rate else math.nan, "capacity_source": capacity_src,
         "rtt_p95_ms": percentile(rtts, RTT_PERCENTILE),
         "cca_changes": {n: [{"t_s": t, "from": a, "to": b} for t, a, b in ch] for n, ch in cca_changes(run).items()},
     }

@@ -12,7 +12,7 @@ has TSO, GSO and GRO off (the emulator must see wire-size frames) and IPv6 off
 (no router solicitations in the captures).  Leaving the context manager -- also
 through an exception, Ctrl-C or SIGTERM turned into SystemExit -- kills every
 process inside and deletes the namespaces; after a SIGKILL,
-:func:`ccswitch.testbed.netns.cleanup_leftovers` (``ccswitch testbed cleanup``)
+:func:`ccswitch.testbed.runs.netns.cleanup_leftovers` (``ccswitch testbed cleanup``)
 finds them by their dead owner.
 
 :func:`kernel_emulator` is the fallback link (``link.emulator = "kernel"``): a

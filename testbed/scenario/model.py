@@ -1,0 +1,356 @@
+"""The scenario contract's data model: frozen dataclasses, one per TOML table.
+
+The file format is documented in :mod:`ccswitch.testbed.scenario` (the package
+docstring); :mod:`.parse` turns TOML into these objects and is the only place
+that validates.  ``None`` fields mean "linkemu's default".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+DAEMON_AVAILABLE = True
+"""The switching daemon (issue 5) runs in the client namespaces
+(:func:`ccswitch.testbed.runs.runner.daemon_session`)."""
+DAEMON_POLICIES = ("dqn", "heuristic", "static", "observe")
+DAEMON_TICK_S = 0.2
+"""Default control tick of ccswitchd in the testbed (the daemon's own default)."""
+EMULATORS = ("linkemu", "kernel")
+INHERIT_MODES = ("limited", "full")
+FLOW_KINDS = ("bulk", "web")
+BASE_PORT = 5201
+"""iperf3 server port of flows[0]; flows[i] uses BASE_PORT + i."""
+BASE_CPORT = 61001
+"""iperf3 --cport of flows[0]; flows[i] uses BASE_CPORT + i (the monitor finds flows by it;
+above the default ephemeral range 32768-60999, so no control connection takes it)."""
+MAX_CLIENTS = 32
+MIN_INTERVAL_S = 0.1
+FALLBACK_CCAS = ("bbr", "cubic", "pcc", "reno")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class ScenarioError(ValueError):
+    """A scenario file is invalid; the message names the file and the field."""
+
+
+# ------------------------------------------------------------------ model ---
+
+
+def _present(obj: Any) -> dict[str, Any]:
+    """A dataclass as a dict without its None fields (None = linkemu's default)."""
+    out = {}
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        if v is None:
+            continue
+        if is_dataclass(v):
+            v = v.to_config() if hasattr(v, "to_config") else _present(v)
+        out[f.name] = v
+    return out
+
+
+@dataclass(frozen=True)
+class BernoulliLoss:
+    p: float
+
+    def to_config(self) -> dict[str, Any]:
+        return {"model": "bernoulli", "p": self.p}
+
+
+@dataclass(frozen=True)
+class GilbertLoss:
+    """Gilbert-Elliott: per packet good->bad with p_gb, bad->good with p_bg."""
+
+    p_gb: float
+    p_bg: float
+    loss_good: float = 0.0
+    loss_bad: float = 1.0
+
+    def to_config(self) -> dict[str, Any]:
+        return {"model": "gilbert", "p_gb": self.p_gb, "p_bg": self.p_bg,
+                "loss_good": self.loss_good, "loss_bad": self.loss_bad}
+
+
+@dataclass(frozen=True)
+class Pfifo:
+    limit_pkts: int = 1000
+
+    def to_config(self) -> dict[str, Any]:
+        return {"kind": "pfifo", "limit_pkts": self.limit_pkts}
+
+
+@dataclass(frozen=True)
+class Codel:
+    target_ms: float = 5.0
+    interval_ms: float = 100.0
+    limit_pkts: int = 1000
+    ecn: bool = False
+
+    def to_config(self) -> dict[str, Any]:
+        return {"kind": "codel", "target_ms": self.target_ms, "interval_ms": self.interval_ms,
+                "limit_pkts": self.limit_pkts, "ecn": self.ecn}
+
+
+@dataclass(frozen=True)
+class DualPi2:
+    """DualPI2 (RFC 9332) in linkemu; None fields take linkemu's defaults (Linux sch_dualpi2's).
+
+    Classic PI: ``target_ms`` 15, ``tupdate_ms`` 16, ``alpha_hz`` 0.16, ``beta_hz`` 3.2;
+    coupling ``k`` 2; native L4S AQM: a step at ``l_min_th_ms`` 1 (a ramp up to
+    ``l_max_th_ms``), only with >= ``l_min_qlen_pkts`` 1 other L packets queued;
+    ``classifier`` "ecn" (ECT(1)/CE -> L) or "dscp" (``l_dscp`` values -> L);
+    ``scheduler`` "wrr" (``c_weight_pct`` 10) or "tsfifo" (``tshift_ms`` 50);
+    ``drop_on_overload`` true; ``limit_pkts`` 10000 in both queues.
+    """
+
+    limit_pkts: int | None = None
+    target_ms: float | None = None
+    tupdate_ms: float | None = None
+    alpha_hz: float | None = None
+    beta_hz: float | None = None
+    k: float | None = None
+    l_min_th_ms: float | None = None
+    l_max_th_ms: float | None = None
+    l_min_qlen_pkts: int | None = None
+    classifier: str | None = None
+    l_dscp: tuple[int, ...] | None = None
+    scheduler: str | None = None
+    c_weight_pct: float | None = None
+    tshift_ms: float | None = None
+    drop_on_overload: bool | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        cfg: dict[str, Any] = {"kind": "dualpi2", **_present(self)}
+        if self.l_dscp is not None:
+            cfg["l_dscp"] = list(self.l_dscp)
+        return cfg
+
+
+DUALPI2_CLASSIFIERS = ("ecn", "dscp")
+DUALPI2_SCHEDULERS = ("wrr", "tsfifo")
+
+
+@dataclass(frozen=True)
+class LinkDir:
+    """One direction of the emulated link (linkemu's ``uplink`` / ``downlink``)."""
+
+    rate_mbit: float | None = None
+    """Rate of IP bytes, Mbit/s; None with no trace: unlimited."""
+    trace: Path | None = None
+    """Mahimahi-format delivery trace (absolute path); replaces rate_mbit."""
+    delay_ms: float = 0.0
+    """One-way propagation delay after the bottleneck."""
+    loss: BernoulliLoss | GilbertLoss | None = None
+    qdisc: Pfifo | Codel | DualPi2 | None = None
+    """None: linkemu's default (pfifo, 1000 packets)."""
+    overhead_bytes: int | None = None
+    """Bytes added to each IP packet when charging it to the rate."""
+    trace_bytes_per_opportunity: int | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        cfg = _present(self)
+        cfg.setdefault("rate_mbit", None)
+        if self.trace is not None:
+            cfg["trace"] = str(self.trace)
+        return cfg
+
+    @property
+    def queue_limit_pkts(self) -> int:
+        if isinstance(self.qdisc, DualPi2):
+            return self.qdisc.limit_pkts if self.qdisc.limit_pkts is not None else 10_000
+        return self.qdisc.limit_pkts if self.qdisc is not None else Pfifo().limit_pkts
+
+
+@dataclass(frozen=True)
+class WifiClient:
+    phy_rate_mbit: float
+    """PHY rate between the client and the AP, both directions."""
+    uplink_phy_rate_mbit: float | None = None
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    max_frames: int | None = None
+    max_bytes: int | None = None
+    max_wait_us: float | None = None
+    max_ppdu_us: float | None = None
+
+
+@dataclass(frozen=True)
+class Dist:
+    """A distribution of microseconds: constant, uniform, exponential or lognormal."""
+
+    dist: str
+    us: float | None = None
+    min_us: float | None = None
+    max_us: float | None = None
+    mean_us: float | None = None
+    median_us: float | None = None
+    sigma: float | None = None
+
+
+@dataclass(frozen=True)
+class AccessDelay:
+    slot_us: float | None = None
+    aifs_us: float | None = None
+    cw_min: int | None = None
+    cw_max: int | None = None
+    retry_limit: int | None = None
+    collisions: bool | None = None
+    extra: Dist | None = None
+
+
+@dataclass(frozen=True)
+class PhyOverheads:
+    preamble_us: float | None = None
+    sifs_us: float | None = None
+    block_ack_us: float | None = None
+    mpdu_overhead_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Wifi:
+    """Shared WiFi medium of the clients (linkemu's ``wifi`` section; None fields: its defaults)."""
+
+    clients: tuple[WifiClient, ...]
+    aggregation: Aggregation = field(default_factory=Aggregation)
+    access_delay_us: AccessDelay = field(default_factory=AccessDelay)
+    phy: PhyOverheads = field(default_factory=PhyOverheads)
+    queue: Pfifo | Codel | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        cfg = _present(self)
+        cfg["clients"] = [_present(c) for c in self.clients]
+        return cfg
+
+
+@dataclass(frozen=True)
+class Link:
+    emulator: str = "linkemu"
+    uplink: LinkDir = field(default_factory=LinkDir)
+    downlink: LinkDir = field(default_factory=LinkDir)
+    wifi: Wifi | None = None
+    client_delay_ms: tuple[float, ...] = ()
+    """Extra one-way delay per client on its downlink (ACK) path; empty: none."""
+
+
+@dataclass(frozen=True)
+class Flow:
+    index: int
+    name: str
+    client: int
+    """1-based client number."""
+    cca: str
+    start_s: float
+    duration_s: float
+    kind: str = "bulk"
+    """"bulk" (judged by the fairness targets) or "web" (a short flow beside them: it loads
+    the path but is left out of the fair-share metrics; see FLOW_KINDS)."""
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.duration_s
+
+    @property
+    def port(self) -> int:
+        return BASE_PORT + self.index
+
+    @property
+    def cport(self) -> int:
+        return BASE_CPORT + self.index
+
+
+@dataclass(frozen=True)
+class Switch:
+    at_s: float
+    flow: str
+    cca: str
+    inherit: str = "limited"
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    """ccswitchd in the client namespaces (scenario ``daemon = true`` or ``[daemon]``)."""
+
+    policy: str = "dqn"
+    tick_s: float = DAEMON_TICK_S
+    inherit: str = "limited"
+    cca: str | None = None
+    """The choice of ``policy = "static"``."""
+    clients: tuple[int, ...] = ()
+    """Clients running the daemon; empty: every client with a flow."""
+    guard: tuple[tuple[str, Any], ...] = ()
+    """Overrides of the daemon config's ``[guard]`` table, as (key, value) pairs."""
+    policy_file: Path | None = None
+    """``policy = "dqn"`` with this policy file instead of the shipped models/policy.json."""
+
+    def runs_on(self, client: int) -> bool:
+        return not self.clients or client in self.clients
+
+
+@dataclass(frozen=True)
+class Capture:
+    tshark: bool = True
+    snaplen: int = 96
+    emulator_per_packet: bool = False
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    duration_s: float
+    clients: int
+    flows: tuple[Flow, ...]
+    link: Link = field(default_factory=Link)
+    switches: tuple[Switch, ...] = ()
+    description: str = ""
+    repetitions: int = 1
+    seeds: tuple[int, ...] = (1,)
+    sample_interval_s: float = 1.0
+    daemon: DaemonSettings | None = None
+    """None: no daemon (static CCAs plus the scripted switches)."""
+    capture: Capture = field(default_factory=Capture)
+    source: Path | None = None
+    text: str = ""
+    """The TOML text the scenario was read from (copied into every run folder)."""
+
+    def flow(self, name: str) -> Flow:
+        for f in self.flows:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def flows_of(self, client: int) -> list[Flow]:
+        return [f for f in self.flows if f.client == client]
+
+    def cca_at(self, flow: Flow, t_s: float) -> str:
+        """The CCA the script gives *flow* at time *t_s* (switches at t_s already applied)."""
+        cca = flow.cca
+        for sw in self.switches:
+            if sw.flow == flow.name and sw.at_s <= t_s:
+                cca = sw.cca
+        return cca
+
+    def phase_bounds(self) -> list[float]:
+        """[0, switch times..., duration]: the phases the metrics are split into."""
+        return [0.0, *sorted({sw.at_s for sw in self.switches}), self.duration_s]
+
+    def emulator_config(self, client_ifs: Sequence[str], server_if: str, seed: int,
+                        stats_dir: Path, interval_ms: int = 1000) -> dict[str, Any]:
+        """The linkemu config (contract of testbed/linkemu/README.md)."""
+        return {
+            "client_ifs": list(client_ifs),
+            "server_if": server_if,
+            "seed": seed,
+            "uplink": self.link.uplink.to_config(),
+            "downlink": self.link.downlink.to_config(),
+            "wifi": self.link.wifi.to_config() if self.link.wifi else None,
+            "stats": {"dir": str(stats_dir), "interval_ms": interval_ms,
+                      "per_packet": self.capture.emulator_per_packet},
+        } | ({"client_delay_ms": list(self.link.client_delay_ms)} if self.link.client_delay_ms else {})
+
+

@@ -1,0 +1,140 @@
+"""Matrix runs and their report (testbed/runs/matrix.py, testbed/reports/matrix.py).
+
+The kernel test runs a real two-scenario matrix locally (namespaces, linkemu,
+iperf3, ccswitchd); the report test also has a synthetic counterpart that
+checks the statistics on numbers it can predict.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ccswitch.testbed.reports.matrix import load_results, met_share, report, wilson
+from ccswitch.testbed.runs.matrix import MatrixError, finished, plan, run_matrix
+
+REPO = Path(__file__).resolve().parents[1]
+LINKEMU = REPO / "testbed" / "linkemu" / "target" / "release" / "linkemu"
+
+TINY = """
+name = "{name}"
+description = "tiny matrix scenario"
+duration_s = 8
+clients = 2
+seeds = [1]
+[link]
+emulator = "linkemu"
+[link.uplink]
+rate_mbit = {rate}
+delay_ms = 1.0
+qdisc = {{ kind = "pfifo", limit_pkts = 30 }}
+[link.downlink]
+rate_mbit = {rate}
+delay_ms = 1.0
+qdisc = {{ kind = "pfifo", limit_pkts = 1000 }}
+[[flows]]
+name = "C1"
+client = 1
+cca = "cubic"
+[[flows]]
+name = "C2"
+client = 2
+cca = "bbr"
+[daemon]
+policy = "dqn"
+[capture]
+tshark = false
+"""
+
+
+def _folder(tmp_path: Path, n: int = 2) -> Path:
+    d = tmp_path / "split"
+    d.mkdir()
+    for i in range(n):
+        (d / f"tiny-{i}.toml").write_text(TINY.format(name=f"tiny-{i}", rate=20 + 10 * i))
+    return d
+
+
+def test_plan_checks_arms_and_folder(tmp_path: Path) -> None:
+    d = _folder(tmp_path)
+    tasks = plan(d, ["static", "daemon-static-bbr"], 2)
+    assert len(tasks) == 2 * 2 * 2 and len({t.key for t in tasks}) == 8
+    with pytest.raises(ValueError, match="unknown arm 'dqnn'"):
+        plan(d, ["dqnn"], 1)
+    with pytest.raises(MatrixError, match="no such folder"):
+        plan(tmp_path / "nope", ["static"], 1)
+    with pytest.raises(MatrixError, match=r"no \*\.toml"):
+        plan(tmp_path, ["static"], 1)
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    cp = subprocess.run([sys.executable, "-m", "ccswitch.cli", "testbed", "matrix", "run", str(_folder(tmp_path)),
+                         "--arms", "static,bogus", "--out", str(tmp_path / "r")], capture_output=True, text=True)
+    assert cp.returncode == 1 and cp.stderr.count("\n") == 1 and "unknown arm 'bogus'" in cp.stderr
+
+
+def _fake_run(results: Path, scenario: str, arm: str, seed: int, met: bool, min_share: float) -> None:
+    d = results / scenario / arm / f"seed-{seed}"
+    d.mkdir(parents=True)
+    lh = {"targets_met": met, "min_share": min_share, "jain": 0.99 if met else 0.8,
+          "utilisation": 0.95, "rtt_p95_ms": 20.0 + seed, "cca_changes": {"C1": [{"t_s": 3}]}}
+    (d / "summary.json").write_text(json.dumps({"metrics": {"last_half": lh}}))
+
+
+def test_report_statistics_on_synthetic_results(tmp_path: Path) -> None:
+    """Synthetic counterpart of the real matrix below: 4 scenarios, 2 arms, 2 seeds.
+    Arm a meets s0-s2 in seed 1 and s0-s1 in seed 2 (shares 0.75, 0.5: mean 0.625, t interval
+    0.625 +- 12.706 * 0.177 / sqrt 2); arm b never; s3 is met by no arm."""
+    res = tmp_path / "res"
+    for seed, met_a in ((1, {"s0", "s1", "s2"}), (2, {"s0", "s1"})):
+        for s in ("s0", "s1", "s2", "s3"):
+            _fake_run(res, s, "static", seed, s in met_a, 0.9 if s in met_a else 0.5)
+            _fake_run(res, s, "dqn", seed, False, 0.3)
+    runs = load_results(res)
+    assert len(runs) == 16
+    m, lo, hi, how = met_share([r for r in runs if r.arm == "static"], ["s0", "s1", "s2", "s3"])
+    assert m == pytest.approx(0.625) and how == "t over 2 seeds"
+    assert hi - m == pytest.approx(min(1.0, m + 12.706 * math.sqrt(0.03125) / math.sqrt(2)) - m)
+    assert lo == 0.0  # clipped
+    assert wilson(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-3)
+    doc = report(res)
+    text = doc.read_text()
+    assert "3 of 4 scenarios are met by at least one arm" in text
+    assert "| s3 |" in text.split("## Scenarios no arm makes fair")[1].split("## Every scenario")[0]
+    assert (doc.parent / "report-plots" / "matrix-cdfs.png").stat().st_size > 10_000
+
+
+@pytest.mark.kernel
+@pytest.mark.slow
+def test_local_matrix_runs_resumes_and_reports_failures(tmp_path: Path, require) -> None:
+    """Two tiny scenarios x (static, daemon-static-bbr), 1 seed, for real: every run finishes
+    with metrics; a second invocation repeats nothing; a run that cannot finish within its
+    bound is one FAILED line naming its log, the others still run, no namespace is left."""
+    require(LINKEMU.is_file(), f"linkemu is not built ({LINKEMU}); run scripts/setup.sh")
+    d = _folder(tmp_path)
+    res = tmp_path / "res"
+    before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+    out = run_matrix(d, ["static", "daemon-static-bbr"], 1, res, progress=False, timeout_s=120)
+    assert len(out) == 4 and all(o.ok for o in out), [o.error for o in out]
+    for o in out:
+        assert finished(o.task.run_dir(res)) and o.task.log_path(res).is_file()
+    bbr = json.loads((res / "tiny-0" / "daemon-static-bbr" / "seed-1" / "summary.json").read_text())
+    assert bbr["meta"]["daemon"]["policy"] == "static" and bbr["meta"]["daemon"]["cca"] == "bbr"
+    assert run_matrix(d, ["static", "daemon-static-bbr"], 1, res, progress=False) == []
+    # a second seed with a bound too short for any run: every run fails, one line each, no leftovers
+    res2 = tmp_path / "res2"
+    out2 = run_matrix(d, ["static"], 1, res2, progress=False, timeout_s=3)
+    assert len(out2) == 2 and not any(o.ok for o in out2)
+    assert all("timed out after 3 s" in o.error for o in out2)
+    lines = (res2 / "failures.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and all(Path(json.loads(ln)["log"]).is_file() for ln in lines)
+    after = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+    assert not {n for n in after - before if n.startswith("ccs-")}
+    doc = report(res)
+    assert "## Targets met, per arm" in doc.read_text()
