@@ -48,7 +48,7 @@ from .model import (
     Wifi,
     WifiClient,
 )
-from .tables import Err, Table, tname
+from .tables import Err, Table, read_file, tname
 
 
 def _optional(t: Table, spec: dict[str, tuple[str, float | None, float | None]]) -> dict[str, Any]:
@@ -437,10 +437,5 @@ def parse_scenario(text: str, where: str = "scenario", *, base_dir: Path | None 
 def load_scenario(path: str | Path, *, ccas: Sequence[str] | None = None) -> Scenario:
     """Read and validate a scenario file; raises :class:`ScenarioError` (one line)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise ScenarioError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ScenarioError(f"{p}: cannot read: {e}") from None
+    text = read_file(p)
     return parse_scenario(text, p.name, base_dir=p.parent.resolve(), ccas=ccas, source=p.resolve())

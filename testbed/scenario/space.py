@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from .model import ScenarioError
-from .tables import Err, Table
+from .tables import Err, Table, read_file
 
 SPLITS = ("train", "dev", "test")
 BOTTLENECK_KINDS = ("constant", "step", "ramp", "variable", "real")
@@ -268,10 +268,5 @@ def parse_space(text: str, where: str = "space", *, base_dir: Path | None = None
 def load_space(path: str | Path) -> Space:
     """Read and validate a space file; raises :class:`ScenarioError` (one line)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise ScenarioError(f"{p}: no such file (the shipped space is testbed/scenarios/space.toml)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ScenarioError(f"{p}: cannot read: {e}") from None
+    text = read_file(p, "the shipped space is testbed/scenarios/space.toml")
     return parse_space(text, p.name, base_dir=p.parent.resolve(), source=p.resolve())

@@ -8,6 +8,7 @@ Every mistake raises :class:`ScenarioError` with one line ``WHERE: PATH: MESSAGE
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from .model import ScenarioError
@@ -128,3 +129,13 @@ class Err:
 def tname(v: Any) -> str:
     return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
             dict: "table"}.get(type(v), type(v).__name__)
+
+
+def read_file(path: Path, hint: str = "") -> str:
+    """A scenario or space file's text, or one ScenarioError line (missing, unreadable)."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such file" + (f" ({hint})" if hint else "")) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{path}: cannot read: {e}") from None
