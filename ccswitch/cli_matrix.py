@@ -69,6 +69,10 @@ def matrix_run(directory: str, arms: str, seeds: int, out: str, scenarios: tuple
                               ray_address=ray_address, runs_per_node=runs_per_node, progress=not quiet)
     except (MatrixError, ScenarioError, ValueError, OSError) as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        click.echo(f"ccswitch: matrix interrupted; the runs in progress were stopped, finished ones are kept: "
+                   f"run the same command to resume ({out})", err=True)
+        sys.exit(130)
     if any(not o.ok for o in outcomes):
         sys.exit(3)
 

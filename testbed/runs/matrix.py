@@ -286,6 +286,7 @@ def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, 
         print(f"matrix: all {len(tasks)} runs already finished in {results}", file=sys.stderr)
         return []
     policy = policy_file.resolve() if policy_file else None
+    old_term = signal.signal(signal.SIGTERM, _term_as_interrupt)  # kill/systemd stop the runs like Ctrl-C
     try:
         if ray_address is not None:
             from .cluster import run_on_ray
@@ -295,6 +296,7 @@ def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, 
         else:
             outcomes = _run_local(todo, results, policy, timeout_s, jobs, prog)
     finally:
+        signal.signal(signal.SIGTERM, old_term)
         prog.close()
     failed = [o for o in outcomes if not o.ok]
     print(f"matrix: {len(outcomes) - len(failed)} runs finished, {len(failed)} failed "
@@ -302,6 +304,10 @@ def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, 
     for o in failed:
         print(f"matrix: FAILED {o.task.key}: {o.error} (log: {o.task.log_path(results)})", file=sys.stderr)
     return outcomes
+
+
+def _term_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _record(o: Outcome, results: Path, prog: MatrixProgress) -> None:
