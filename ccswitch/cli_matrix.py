@@ -81,12 +81,14 @@ def matrix_run(directory: str, arms: str, seeds: int, out: str, scenarios: tuple
 @click.argument("results", type=click.Path(exists=True, file_okay=False))
 @click.option("--doc", type=click.Path(dir_okay=False), help="Markdown file (default: RESULTS/report.md).")
 @click.option("--title", default="", help="Title line of the report.")
-def matrix_report(results: str, doc: str | None, title: str) -> None:
+@click.option("--notes", type=click.Path(exists=True, dir_okay=False), help="Markdown inserted after the introduction.")
+def matrix_report(results: str, doc: str | None, title: str, notes: str | None) -> None:
     """One Markdown report with PNG plots from a matrix results folder."""
     from ccswitch.testbed.reports.matrix import report
 
     try:
-        path = report(Path(results), Path(doc) if doc else None, title=title)
+        path = report(Path(results), Path(doc) if doc else None, title=title,
+                      notes=Path(notes).read_text() if notes else "")
     except (ValueError, OSError) as exc:
         _fail(exc)
     click.echo(str(path))

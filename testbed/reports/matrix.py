@@ -191,7 +191,7 @@ def _scenario_folder(results: Path) -> Path | None:
     return None
 
 
-def report(results: Path, doc: Path | None = None, *, title: str = "") -> Path:
+def report(results: Path, doc: Path | None = None, *, title: str = "", notes: str = "") -> Path:
     """Write the report (default ``RESULTS/report.md``, plots beside it); returns its path."""
     runs = load_results(results)
     if not runs:
@@ -214,6 +214,7 @@ def report(results: Path, doc: Path | None = None, *, title: str = "") -> Path:
              f"Targets over the last half of each run: every bulk flow at least {TARGET_MIN_SHARE:g} of its fair "
              f"share, Jain's index at least {TARGET_JAIN:g}, utilisation at least {TARGET_UTILISATION * 100:g} % "
              "(of the constant rate, or of the trace's capacity over the same window).", "",
+             *([notes.strip(), ""] if notes.strip() else []),
              "## Targets met, per arm", "",
              f"{len(meetable)} of {len(scenarios)} scenarios are met by at least one arm in at least one run.", "",
              "| Arm | Runs | All scenarios: share met (95 % CI) | Meetable scenarios: share met (95 % CI) "

@@ -45,11 +45,12 @@ Derived values, with the reason:
   and the others are spread log-uniformly up to the ratio, shrunk so no RTT
   exceeds ``rtt.max_ms``.
 * pfifo limit = max(4, round(bdp x rate x base RTT / 1500 B)) packets.
-* WiFi: the clients' PHY rate is raised to 1.25 x the peak rate / 0.75 (a
-  rough A-MPDU MAC efficiency) when the space's phy_rate_mbit is lower, so the
-  medium is never the bottleneck by accident; a rate-anomaly client's slow PHY
-  rate is raised until the medium's equal-throughput capacity
-  n / sum(1 / (0.75 x phy_i)) is 1.25 x the peak rate.
+* WiFi: the clients' PHY rate is raised to 1.25 x the peak rate / eff (eff:
+  the profile's rough MAC efficiency, MAC_EFFICIENCY: 0.75 light, 0.5 heavy)
+  when the space's phy_rate_mbit is lower, so the medium is never the
+  bottleneck by accident; a rate-anomaly client's slow PHY rate is raised
+  until the medium's equal-throughput capacity n / sum(1 / (eff x phy_i)) is
+  1.25 x the peak rate.
 * Churn: a late joiner's flow starts at 10-40 % of the run (it is alive for
   the whole last half); an early stopper's flow ends at 60-85 %.  Web-like
   flows are short flows (kind "web") of one client, left out of the fairness
@@ -74,10 +75,12 @@ from .model import ScenarioError
 from .parse import parse_scenario
 from .space import SPLITS, WIFI_PROFILES, Space
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 DIGITS = 3
 """Decimal places of every drawn float (the canonical form that is hashed)."""
-MAC_EFFICIENCY = 0.75
+MAC_EFFICIENCY = {"light": 0.75, "heavy": 0.5}
+"""Share of the PHY rate the medium delivers per WiFi profile (A-MPDU aggregation; the heavy
+profile's ~1 ms mean extra access delay and aggregation wait cost about a third more)."""
 MEDIUM_HEADROOM = 1.25
 VARIABLE_PHI = 0.8
 TRACE_TAIL_S = 15.0
@@ -119,15 +122,16 @@ def _peak_factor(kind: str) -> float:
     return {"constant": 1.0, "step": 1.0, "ramp": 1.0, "variable": 2.5, "real": 2.0}[kind]
 
 
-def _phy_rates(space: Space, rng: np.random.Generator, n: int, peak: float) -> tuple[list[float], bool]:
-    fast = max(space.phy_rate_mbit, math.ceil(MEDIUM_HEADROOM * peak / MAC_EFFICIENCY))
+def _phy_rates(space: Space, rng: np.random.Generator, n: int, peak: float,
+               eff: float) -> tuple[list[float], bool]:
+    fast = max(space.phy_rate_mbit, math.ceil(MEDIUM_HEADROOM * peak / eff))
     rates = [float(fast)] * n
     anomaly = n >= 2 and rng.random() < space.rate_anomaly_p
     if anomaly:
         slow = _loguniform(rng, space.slow_phy_rate_mbit.lo, space.slow_phy_rate_mbit.hi)
         need = MEDIUM_HEADROOM * peak  # n / (sum over stations of 1 / (eff * phy)) >= need
-        inv_left = n / need - (n - 1) / (MAC_EFFICIENCY * fast)
-        floor_slow = 1.0 / (MAC_EFFICIENCY * inv_left) if inv_left > 0 else fast
+        inv_left = n / need - (n - 1) / (eff * fast)
+        floor_slow = 1.0 / (eff * inv_left) if inv_left > 0 else fast
         slow = min(fast, max(slow, math.ceil(floor_slow)))
         rates[int(rng.integers(n))] = float(round(slow))
         anomaly = slow < fast
@@ -163,7 +167,7 @@ def draw(space: Space, rng: np.random.Generator) -> dict[str, Any]:
     wifi = _choice(rng, space.wifi_profile)
     phy, anomaly = ([], False)
     if wifi != "none":
-        phy, anomaly = _phy_rates(space, rng, n, rate * _peak_factor(kind))
+        phy, anomaly = _phy_rates(space, rng, n, rate * _peak_factor(kind), MAC_EFFICIENCY[wifi])
     qkind = _choice(rng, space.queue_kind)
     queue: dict[str, Any] = {"kind": qkind}
     if qkind == "pfifo":
