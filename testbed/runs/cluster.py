@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .matrix import MatrixError, Outcome, Task
+from .matrix import MatrixError, Outcome, Task, set_aside
 
 MAX_RETRIES = 2
 """Ray retries of a task whose worker or node died (not of runs that failed by themselves)."""
@@ -63,12 +63,7 @@ def unpack_run(results: Path, task: Task, blob: bytes) -> None:
     """Unpack a run packed by :func:`pack_run` into *results*; an older attempt's folder is kept aside."""
     arm_dir = results / task.scenario / task.arm
     arm_dir.mkdir(parents=True, exist_ok=True)
-    run_dir = task.run_dir(results)
-    if run_dir.exists():
-        n = 1
-        while run_dir.with_name(f"{run_dir.name}.failed-{n}").exists():
-            n += 1
-        run_dir.rename(run_dir.with_name(f"{run_dir.name}.failed-{n}"))
+    set_aside(task.run_dir(results))
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
         for m in tar.getmembers():
             if m.name.startswith(("/", "..")) or ".." in Path(m.name).parts:

@@ -144,6 +144,16 @@ def run_one(file: Path, arm: str, seed: int, run_dir: Path, policy_file: Path | 
     report_run(run_dir, plots=True)
 
 
+def set_aside(run_dir: Path) -> None:
+    """A partial folder of an earlier attempt moves to ``NAME.failed-N``, kept for inspection."""
+    if not run_dir.exists():
+        return
+    n = 1
+    while run_dir.with_name(f"{run_dir.name}.failed-{n}").exists():
+        n += 1
+    run_dir.rename(run_dir.with_name(f"{run_dir.name}.failed-{n}"))
+
+
 def _kill(proc: subprocess.Popen[Any]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
@@ -172,11 +182,7 @@ def execute(task: Task, results: Path, policy_file: Path | None, timeout_s: floa
     run_dir = task.run_dir(results)
     log = task.log_path(results)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    if run_dir.exists():  # a partial folder of an earlier attempt: keep it aside for inspection
-        n = 1
-        while run_dir.with_name(f"{run_dir.name}.failed-{n}").exists():
-            n += 1
-        run_dir.rename(run_dir.with_name(f"{run_dir.name}.failed-{n}"))
+    set_aside(run_dir)
     t0 = time.monotonic()
     with log.open("w") as fh:
         proc = subprocess.Popen(child_argv(task, run_dir, policy_file), stdout=fh, stderr=subprocess.STDOUT,
