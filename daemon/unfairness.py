@@ -85,6 +85,15 @@ def rewards(cfg: RewardConfig, table: pa.Table, fair: Fairness) -> np.ndarray:
          - cfg.w_loss * np.log(np.maximum(loss, cfg.loss_floor)))
     if cfg.fairness == "jain":
         f = fair.jain - 1.0
+    elif cfg.fairness == "minshare":
+        # the group's smallest active Thratio (= own / group mean); a group with one active flow -> 1
+        act = fair.active
+        k = int(fair.group.max()) + 1 if len(fair.group) else 0
+        gmin = np.ones(k)
+        np.minimum.at(gmin, fair.group[act], fair.thratio[act])
+        n = np.bincount(fair.group, weights=act.astype(np.float64), minlength=k)
+        gmin = np.where(n > 1, gmin, 1.0)
+        f = np.log(np.clip(gmin[fair.group], 1 / 20, 1.0))
     else:
         # thratio in the reward is own / mean of the others; alone -> 0
         n = np.bincount(fair.group, weights=fair.active.astype(np.float64))[fair.group]

@@ -234,3 +234,48 @@ def synthetic_cmd(out: str, conditions: int, duration: int, seed: int) -> None:
     from .synthetic import make_corpus
 
     click.echo(str(make_corpus(out, n_conditions=conditions, duration_s=duration, seed=seed)))
+
+
+@dataset.command("from-matrix")
+@click.argument("results", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Corpus folder to write (resumes).")
+def from_matrix_cmd(results: str, out: str) -> None:
+    """A replay corpus from `testbed matrix run --arms daemon-static-cubic,...-bbr,...-pcc` run folders.
+
+    One condition per managed bulk flow of each scenario, one capture per daemon-static arm
+    (datasets/from_matrix.py: the population-on-X reading of those runs)."""
+    from .from_matrix import corpus_from_matrix
+    from .trace import TraceError
+
+    try:
+        corpus_from_matrix(results, out, log=click.echo)
+    except (TraceError, OSError) as e:
+        fail(e)
+
+
+@dataset.command("minari")
+@click.argument("corpus", type=click.Path(exists=True, file_okay=False))
+@click.option("--id", "dataset_id", required=True, metavar="NAMESPACE/NAME-vN",
+              help="Minari dataset id, e.g. ccswitch/space-v0.")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Datasets root (MINARI_DATASETS_PATH; default: Minari's, ~/.minari/datasets).")
+@click.option("--random-episodes", type=click.IntRange(0, 100), default=2, show_default=True,
+              help="Sticky-random episodes per condition and starting CCA, beside the one that keeps it.")
+@click.option("--seed", type=int, default=1, show_default=True)
+def minari_cmd(corpus: str, dataset_id: str, out: str | None, random_episodes: int, seed: int) -> None:
+    """Export CORPUS as a Minari offline-RL dataset (datasets/minari_export.py says what the episodes are)."""
+    try:
+        import minari  # noqa: F401
+    except ImportError:
+        fail("Minari is not installed: pip install 'ccswitch[train]' (or bash scripts/setup.sh)")
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+-v\d+", dataset_id):
+        fail(f"--id {dataset_id!r}: expected NAMESPACE/NAME-vN, e.g. ccswitch/space-v0")
+    from .minari_export import export_minari
+    from .trace import TraceError
+
+    try:
+        export_minari(corpus, dataset_id, out_root=out, random_episodes=random_episodes, seed=seed, log=click.echo)
+    except (TraceError, FileExistsError, ValueError) as e:
+        fail(e)

@@ -80,6 +80,8 @@ class Trace:
     """float [K]: agent throughput / mean throughput of the other active flows (NaN alone)."""
     n_flows: np.ndarray
     """int [K]: active flows at the bottleneck."""
+    min_share: np.ndarray
+    """float [K]: smallest active flow's throughput / mean of the active flows (1 alone)."""
 
 
 @dataclass
@@ -127,16 +129,23 @@ class Condition:
 
 
 def split_conditions(ids: Sequence[str], test_fraction: float) -> tuple[list[str], list[str]]:
-    """Deterministic train/test split of condition ids (by a hash of the id).
+    """Deterministic train/test split of condition ids (by a hash of the id's group).
 
-    ceil(test_fraction * n) conditions go to test (at least one when there are
-    two or more and test_fraction > 0).
+    A condition id ``SCENARIO~FLOW`` (datasets/from_matrix.py: one condition per managed flow of
+    a scenario) belongs to the group SCENARIO, and a group's conditions fall on the same side:
+    the flows of one run are not independent, so splitting them would leak the held-out runs
+    into training.  Ids without ``~`` are their own group.  ceil(test_fraction * groups) groups
+    go to test (at least one when there are two or more and test_fraction > 0).
     """
-    ordered = sorted(ids, key=lambda c: hashlib.sha256(c.encode()).hexdigest())
-    n_test = math.ceil(test_fraction * len(ordered)) if test_fraction > 0 and len(ordered) > 1 else 0
-    n_test = min(n_test, len(ordered) - 1) if len(ordered) > 1 else 0
-    test = sorted(ordered[:n_test])
-    return sorted(c for c in ids if c not in test), test
+    def group(c: str) -> str:
+        return c.split("~", 1)[0]
+
+    groups = sorted({group(c) for c in ids}, key=lambda g: hashlib.sha256(g.encode()).hexdigest())
+    n_test = math.ceil(test_fraction * len(groups)) if test_fraction > 0 and len(groups) > 1 else 0
+    n_test = min(n_test, len(groups) - 1) if len(groups) > 1 else 0
+    test_groups = set(groups[:n_test])
+    test = sorted(c for c in ids if group(c) in test_groups)
+    return sorted(c for c in ids if group(c) not in test_groups), test
 
 
 class ReplayCorpus:
@@ -291,6 +300,7 @@ def _load_trace(cap: Capture, aidx: dict[str, int]) -> Trace | None:
     jain = np.ones(k_len)
     thratio = np.full(k_len, np.nan)
     n_flows = np.zeros(k_len, dtype=np.int64)
+    min_share = np.ones(k_len)
     for k in range(k_len):
         sel = local & (active[:, k] | (np.arange(len(ids)) == ai))
         rows = np.flatnonzero(sel)
@@ -302,6 +312,7 @@ def _load_trace(cap: Capture, aidx: dict[str, int]) -> Trace | None:
         n_flows[k] = len(x)
         s, q = x.sum(), (x * x).sum()
         jain[k] = s * s / (len(x) * q) if len(x) > 1 and q > 0 else 1.0
+        min_share[k] = x.min() * len(x) / s if len(x) > 1 and s > 0 else 1.0
         others = thr[act & (np.arange(len(ids)) != ai), k]
         if len(others):
             mo = others.mean()
@@ -313,5 +324,5 @@ def _load_trace(cap: Capture, aidx: dict[str, int]) -> Trace | None:
         cca=cca, raw=raw,
         throughput_mbps=np.nan_to_num(cols["throughput_bps"], nan=0.0) / 1e6,
         rtt_ms=cols["rtt_us"] / 1e3, loss=np.nan_to_num(cols["loss_rate"], nan=0.0),
-        context=context, jain=jain, thratio=thratio, n_flows=n_flows,
+        context=context, jain=jain, thratio=thratio, n_flows=n_flows, min_share=min_share,
     )

@@ -10,6 +10,9 @@ Reward of one interval (paper 002, section 4.1.1, plus fairness and switching)::
 
     F = jain - 1                        (fairness = "jain"; 0 when fair or alone, down to 1/n - 1)
     F = -|ln(clip(thratio, 1/20, 20))|  (fairness = "thratio"; thratio = own / mean of the others)
+    F = ln(clip(min_share, 1/20, 1))    (fairness = "minshare"; min_share = the smallest active flow's
+                                         throughput / the mean of the active flows at the bottleneck:
+                                         the matrix's "every flow >= 0.8 of its fair share" target)
 
 Defaults and why:
 
@@ -51,7 +54,7 @@ import numpy as np
 
 __all__ = ["EVAL_WEIGHTS", "FAIRNESS_MODES", "RewardConfig", "eval_scores", "evaluation_choice", "reward"]
 
-FAIRNESS_MODES = ("jain", "thratio")
+FAIRNESS_MODES = ("jain", "thratio", "minshare")
 EVAL_WEIGHTS = (0.7, 0.2, 0.1)
 """Paper 002's evaluation function: throughput, latency, loss."""
 
@@ -91,23 +94,27 @@ class RewardConfig:
         return asdict(self)
 
 
-def fairness_term(cfg: RewardConfig, jain: float, thratio: float) -> float:
+def fairness_term(cfg: RewardConfig, jain: float, thratio: float, min_share: float = 1.0) -> float:
     if cfg.fairness == "jain":
         return float(jain) - 1.0
+    if cfg.fairness == "minshare":
+        ms = 1.0 if min_share is None or math.isnan(min_share) else float(min_share)
+        return math.log(min(max(ms, 1 / 20), 1.0))
     if thratio is None or math.isnan(thratio):
         return 0.0  # alone
     return -abs(math.log(min(max(thratio, 1 / 20), 20.0)))
 
 
 def reward(cfg: RewardConfig, *, throughput_mbps: float, rtt_ms: float, loss: float, jain: float = 1.0,
-           thratio: float = math.nan, switched: bool = False) -> tuple[float, dict[str, float]]:
+           thratio: float = math.nan, min_share: float = 1.0,
+           switched: bool = False) -> tuple[float, dict[str, float]]:
     """The reward of one interval and its terms (each already weighted)."""
     rtt = rtt_ms if rtt_ms is not None and not math.isnan(rtt_ms) else cfg.latency_floor_ms
     terms = {
         "throughput": cfg.w_throughput * math.log(max(throughput_mbps, cfg.throughput_floor_mbps)),
         "latency": -cfg.w_latency * math.log(max(rtt, cfg.latency_floor_ms)),
         "loss": -cfg.w_loss * math.log(max(loss, cfg.loss_floor)),
-        "fairness": cfg.w_fairness * fairness_term(cfg, jain, thratio),
+        "fairness": cfg.w_fairness * fairness_term(cfg, jain, thratio, min_share),
         "switch": -cfg.w_switch * float(bool(switched)),
     }
     return float(sum(terms.values())), terms

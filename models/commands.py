@@ -59,21 +59,37 @@ def train_cmd(data: str | None, out: str | None, episodes: int | None, seed: int
 @click.argument("policy", required=False, type=click.Path(dir_okay=False))
 @click.option("--data", type=click.Path(exists=True, file_okay=False),
               help="Corpus folder (default: the one the policy was trained on, else the shipped sample).")
-@click.option("--split", type=click.Choice(["test", "train", "all"]), default="test", show_default=True,
-              help="Conditions to evaluate on: the policy's held-out ones (test), its training ones, or all.")
+@click.option("--corpus-split", "split", type=click.Choice(["heldout", "train", "all"]), default="heldout",
+              show_default=True,
+              help="Offline: the policy's held-out corpus conditions, its training ones, or all.")
+@click.option("--split", "matrix_split", type=click.Choice(["dev", "test"]),
+              help="End to end instead: run the dqn arm with POLICY over testbed/scenarios/matrix/SPLIT "
+                   "(as root; ~40 s per scenario) and compare with the other arms' runs of that split.")
+@click.option("--baseline", type=click.Path(file_okay=False),
+              help="With --split: results of the other arms (default: results/matrix-SPLIT).")
+@click.option("--seeds", type=click.IntRange(1, 20), default=1, show_default=True, help="With --split.")
+@click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True, help="With --split.")
 @click.option("--out", type=click.Path(file_okay=False), help="Folder for evaluation.{md,json}, episodes.csv, "
-                                                              "evaluation.png (default: results/eval-TIMESTAMP).")
+                                                              "evaluation.png (default: results/eval-TIMESTAMP); "
+                                                              "with --split the runs and comparison.md.")
 @click.option("--no-plot", is_flag=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
-def evaluate_cmd(policy: str | None, data: str | None, split: str, out: str | None, no_plot: bool,
+def evaluate_cmd(policy: str | None, data: str | None, split: str, matrix_split: str | None,
+                 baseline: str | None, seeds: int, jobs: int, out: str | None, no_plot: bool,
                  as_json: bool) -> None:
-    """Evaluate POLICY (default: the shipped models/policy.json) on held-out traces.
+    """Evaluate POLICY (default: the shipped models/policy.json) offline on held-out traces, or
+    end to end on the dev or test split of the scenario space (--split).
 
-    Compares cumulative reward and accuracy against paper 002's evaluation
+    Offline it compares cumulative reward and accuracy against paper 002's evaluation
     function with each static CCA, the evaluation function used as a policy,
-    and a random policy.
+    and a random policy.  Use --split dev to choose between candidates; --split test
+    once for the one you ship.
     """
     from dataclasses import asdict
+
+    if matrix_split:
+        _evaluate_matrix(policy, matrix_split, baseline, seeds, jobs, out)
+        return
 
     from ccswitch.envs.cc_env import CongestionControlEnv
     from ccswitch.envs.replay import DEFAULT_CORPUS, ReplayCorpus
@@ -94,7 +110,7 @@ def evaluate_cmd(policy: str | None, data: str | None, split: str, out: str | No
         test_ids = [c for c in tr.get("test_conditions", []) if c in replay.conditions]
         if not train_ids and not test_ids:  # another corpus: all of it is held out
             test_ids = ids
-        ids = test_ids if split == "test" else train_ids
+        ids = test_ids if split == "heldout" else train_ids
         if not ids:
             fail(f"{corpus}: none of the policy's {split} conditions is in this corpus (use --split all)")
     env = CongestionControlEnv(replay, conditions=ids, reward_config=RewardConfig.from_dict(tr.get("reward")),
@@ -116,6 +132,29 @@ def evaluate_cmd(policy: str | None, data: str | None, split: str, out: str | No
         click.echo(f"{pol.path} on {len(ids)} {split} condition(s) of {corpus}:")
         click.echo(markdown_table(stats), nl=False)
         click.echo(f"results: {out_dir}")
+
+
+def _evaluate_matrix(policy: str | None, split: str, baseline: str | None, seeds: int, jobs: int,
+                     out: str | None) -> None:
+    from ccswitch.testbed.runs.matrix import MatrixError
+
+    from .evaluate_matrix import evaluate_on_split
+    from .policy import PolicyError, load_policy
+
+    try:
+        pol = load_policy(policy)  # a clear error for a bad file before any run starts
+    except (PolicyError, OSError) as e:
+        fail(e)
+    out_dir = Path(out) if out else Path("results") / f"eval-{Path(str(pol.path)).stem}-{split}"
+    try:
+        doc, failed = evaluate_on_split(Path(str(pol.path)), split, out_dir,
+                                        baseline=Path(baseline) if baseline else None, seeds=seeds, jobs=jobs)
+    except (MatrixError, ValueError) as e:
+        fail(e)
+    click.echo(doc, nl=False)
+    click.echo(f"runs and comparison.md: {out_dir}")
+    if failed:
+        fail(f"{failed} run(s) failed (see {out_dir}/failures.jsonl); the same command resumes them")
 
 
 def _trained_on(corpus: str | None) -> Path | None:

@@ -77,6 +77,15 @@ class Hyperparameters:
     """Exploration rate at the first episode."""
     epsilon_end: float = 0.05
     """Exploration rate after the decay."""
+    dueling: bool = False
+    """Dueling heads Q = V + A - mean(A) on the last hidden layer (Wang et al. 2016).  Both heads
+    are linear, so the export folds them into one Dense layer: the policy file is unchanged."""
+    n_step: int = 1
+    """n-step returns: the TD target sums n discounted rewards before bootstrapping (1 = DQN)."""
+    cql_alpha: float = 0.0
+    """Conservative Q-learning weight (Kumar et al. 2020, discrete): adds
+    alpha * mean(logsumexp_a Q(s, a) - Q(s, a_taken)) to the loss, pushing down actions the data
+    does not support (0 = off)."""
     exploration_fraction: float = 0.5
     """Fraction of the episodes over which epsilon decays linearly."""
     start: str = "random"
@@ -167,6 +176,10 @@ def _check(hp: Hyperparameters) -> None:
         problems.append("gamma must be in [0, 1)")
     if hp.batch_size < 1 or hp.buffer_size < hp.batch_size:
         problems.append("need 1 <= batch_size <= buffer_size")
+    if hp.n_step < 1:
+        problems.append("n_step must be >= 1")
+    if hp.cql_alpha < 0:
+        problems.append("cql_alpha must be >= 0")
     if not 0 < hp.tau <= 1:
         problems.append("tau must be in (0, 1]")
     if hp.start not in ("random", "first"):
@@ -189,20 +202,48 @@ def epsilon_at(hp: Hyperparameters, episode: int) -> float:
 
 
 def build_q_network(obs_dim: int, n_actions: int, hp: Hyperparameters) -> Any:
-    """Dense(hidden...) with hp.activation, then a linear output of one Q-value per action."""
+    """Dense(hidden...) with hp.activation, then a linear output of one Q-value per action.
+
+    With hp.dueling the output is a value head V (1 unit) and an advantage head A (n_actions
+    units), combined as V + A - mean(A); :func:`export_weights` folds that into one Dense.
+    """
     import keras
 
-    layers = [keras.Input(shape=(obs_dim,))]
-    layers += [keras.layers.Dense(u, activation=hp.activation) for u in hp.hidden_units]
-    layers.append(keras.layers.Dense(n_actions, activation="linear"))
-    return keras.Sequential(layers)
+    inputs = keras.Input(shape=(obs_dim,))
+    h = inputs
+    for u in hp.hidden_units:
+        h = keras.layers.Dense(u, activation=hp.activation)(h)
+    if not hp.dueling:
+        return keras.Model(inputs, keras.layers.Dense(n_actions, activation="linear")(h))
+    value = keras.layers.Dense(1, activation="linear", name="value")(h)
+    advantage = keras.layers.Dense(n_actions, activation="linear", name="advantage")(h)
+    q = keras.layers.Add()([value, advantage - keras.ops.mean(advantage, axis=1, keepdims=True)])
+    return keras.Model(inputs, q)
+
+
+def export_weights(weights: Sequence[np.ndarray], hp: Hyperparameters) -> list[np.ndarray]:
+    """The network's weights as the plain MLP of the policy file: kernels and biases alternating.
+
+    Dueling: Q_a = (w_v.h + b_v) + (w_a.h + b_a) - mean_b(w_b.h + b_b), linear in h, so
+    W_q = W_a - mean over actions of W_a + w_v and b_q = b_a - mean(b_a) + b_v.
+    """
+    w = [np.asarray(x) for x in weights]
+    if not hp.dueling:
+        return w
+    *hidden, k1, b1, k2, b2 = w  # the two heads, in the graph's order: tell them by width
+    (w_v, b_v), (w_a, b_a) = sorted([(k1, b1), (k2, b2)], key=lambda kb: kb[0].shape[1])
+    w_q = w_a - w_a.mean(axis=1, keepdims=True) + w_v
+    b_q = b_a - b_a.mean() + b_v
+    return [*hidden, w_q.astype(np.float32), b_q.astype(np.float32)]
 
 
 # ------------------------------------------------------- 3. replay buffer ---
 
 
 class ReplayBuffer:
-    """Fixed-size ring buffer of (obs, action, reward, next_obs, done), sampled uniformly."""
+    """Fixed-size ring buffer of (obs, action, return, next_obs, done, discount), sampled uniformly.
+
+    *discount* is gamma^k for a k-step return (k < n_step at the end of an episode)."""
 
     def __init__(self, size: int, obs_dim: int, rng: np.random.Generator) -> None:
         self.obs = np.zeros((size, obs_dim), np.float32)
@@ -210,12 +251,14 @@ class ReplayBuffer:
         self.actions = np.zeros(size, np.int32)
         self.rewards = np.zeros(size, np.float32)
         self.dones = np.zeros(size, np.float32)
+        self.discounts = np.zeros(size, np.float32)
         self.size, self.pos, self.full, self.rng = size, 0, False, rng
 
-    def add(self, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, done: bool) -> None:
+    def add(self, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, done: bool,
+            discount: float) -> None:
         i = self.pos
-        self.obs[i], self.actions[i], self.rewards[i], self.next_obs[i], self.dones[i] = (
-            obs, action, reward, next_obs, float(done))
+        self.obs[i], self.actions[i], self.rewards[i], self.next_obs[i], self.dones[i], self.discounts[i] = (
+            obs, action, reward, next_obs, float(done), discount)
         self.pos = (i + 1) % self.size
         self.full = self.full or self.pos == 0
 
@@ -224,7 +267,27 @@ class ReplayBuffer:
 
     def sample(self, n: int) -> tuple[np.ndarray, ...]:
         idx = self.rng.integers(0, len(self), n)
-        return self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.dones[idx]
+        return (self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.dones[idx],
+                self.discounts[idx])
+
+
+class NStep:
+    """Turns 1-step transitions into n-step ones: (s_t, a_t, sum_i gamma^i r_t+i, s_t+k, done, gamma^k)."""
+
+    def __init__(self, n: int, gamma: float) -> None:
+        self.n, self.gamma = n, gamma
+        self.pending: list[tuple[np.ndarray, int, float]] = []
+
+    def push(self, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, done: bool,
+             end: bool) -> list[tuple[np.ndarray, int, float, np.ndarray, bool, float]]:
+        """Add one step; returns the transitions that are complete (all pending ones at an episode end)."""
+        self.pending.append((obs, action, reward))
+        out = []
+        while self.pending and (len(self.pending) >= self.n or end):
+            ret = sum(self.gamma ** i * r for i, (_, _, r) in enumerate(self.pending))
+            o, a, _ = self.pending.pop(0)
+            out.append((o, a, ret, next_obs, done, self.gamma ** (len(self.pending) + 1)))
+        return out
 
 
 # ------------------------------------------------------- 4. training loop ---
@@ -297,18 +360,23 @@ def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus |
     def q_values(obs: Any) -> Any:
         return q_network(obs, training=False)
 
-    @tf.function(input_signature=[obs_spec, tf.TensorSpec([None], tf.int32), vec_spec, obs_spec, vec_spec])
-    def train_step(obs: Any, actions: Any, rewards: Any, next_obs: Any, dones: Any) -> Any:
-        # TD target from the target network: r + gamma * max_a' Q_target(s', a') (no bootstrap at a terminal)
+    @tf.function(input_signature=[obs_spec, tf.TensorSpec([None], tf.int32), vec_spec, obs_spec, vec_spec,
+                                  vec_spec])
+    def train_step(obs: Any, actions: Any, rewards: Any, next_obs: Any, dones: Any, discounts: Any) -> Any:
+        # TD target from the target network: R + gamma^k * max_a' Q_target(s', a') (no bootstrap at a
+        # terminal); R and gamma^k are the n-step return and its discount (k = 1 for plain DQN)
         if hp.double_dqn:
             best = tf.argmax(q_network(next_obs, training=False), axis=1, output_type=tf.int32)
             next_q = tf.gather(target_network(next_obs, training=False), best, batch_dims=1)
         else:
             next_q = tf.reduce_max(target_network(next_obs, training=False), axis=1)
-        td_target = rewards + hp.gamma * next_q * (1.0 - dones)
+        td_target = rewards + discounts * next_q * (1.0 - dones)
         with tf.GradientTape() as tape:
-            q_taken = tf.gather(q_network(obs, training=True), actions, batch_dims=1)
+            q_all = q_network(obs, training=True)
+            q_taken = tf.gather(q_all, actions, batch_dims=1)
             loss = mse(tf.stop_gradient(td_target), q_taken)
+            if hp.cql_alpha > 0:
+                loss += hp.cql_alpha * tf.reduce_mean(tf.reduce_logsumexp(q_all, axis=1) - q_taken)
         grads = tape.gradient(loss, q_network.trainable_variables)
         optimizer.apply_gradients(zip(grads, q_network.trainable_variables, strict=True))
         return [loss, *(tf.identity(v) for v in q_network.trainable_variables)]  # the updated weights, for acting
@@ -327,7 +395,7 @@ def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus |
                    kernels=[], biases=[], activation=hp.activation)
 
     def sync_actor(weights: Sequence[Any] | None = None) -> None:
-        w = q_network.get_weights() if weights is None else [t.numpy() for t in weights]
+        w = export_weights(q_network.get_weights() if weights is None else [t.numpy() for t in weights], hp)
         actor.kernels, actor.biases = w[0::2], w[1::2]
 
     def q_numpy(x: np.ndarray) -> np.ndarray:
@@ -345,13 +413,15 @@ def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus |
         for episode in range(hp.episodes):
             epsilon = epsilon_at(hp, episode)
             obs, info = env.reset(seed=hp.seed * 1_000_003 + episode)
+            nstep = NStep(hp.n_step, hp.gamma)
             ep_reward, losses, correct, steps = 0.0, [], 0, 0
             while True:
                 greedy = int(np.argmax(q_numpy(obs[None])[0]))
                 action = int(rng.integers(n_actions)) if rng.random() < epsilon else greedy
                 correct += int(greedy == info["oracle_action"])  # paper 002's accuracy: the net's own choice
                 next_obs, reward, terminated, truncated, info = env.step(action)
-                buffer.add(obs, action, reward, next_obs, terminated)
+                for tr in nstep.push(obs, action, reward, next_obs, terminated, terminated or truncated):
+                    buffer.add(*tr)
                 obs = next_obs
                 ep_reward += reward
                 steps += 1
@@ -380,15 +450,16 @@ def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus |
                 evaluations.append(ev)
                 if writer is not None:
                     with writer.as_default(step=episode):
-                        tf.summary.scalar("heldout/reward", ev["reward"])
-                        tf.summary.scalar("heldout/accuracy", ev["accuracy"])
+                        for k in ("reward", "accuracy"):
+                            if ev[k] is not None:
+                                tf.summary.scalar(f"heldout/{k}", ev[k])
             bar.update(episode + 1, history, evaluations)
 
     if writer is not None:
         writer.flush()
 
     # --------------------------------------------------- 5. export the policy ---
-    weights = q_network.get_weights()
+    weights = export_weights(q_network.get_weights(), hp)
     wall = time.monotonic() - t_start
     final = evaluations[-1] if evaluations else {}
     meta = {
@@ -417,7 +488,7 @@ def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus |
                                                       f"{Path(str(replay.source)).name}")
     on = "held-out" if env.test_ids else "training-condition (nothing held out)"
     log(f"trained {hp.episodes} episodes ({global_step} steps) in {wall:.0f} s; {on} reward "
-        f"{final.get('reward', float('nan')):.2f}/episode, accuracy {100 * final.get('accuracy', 0):.1f} %; "
+        f"{final.get('reward') or float('nan'):.2f}/episode, accuracy {100 * (final.get('accuracy') or 0):.1f} %; "
         f"policy -> {policy_path}")
     return TrainResult(out, policy_path, history, evaluations, wall, final)
 
@@ -433,8 +504,10 @@ def _portable(path: str) -> str:
 
 def _greedy_eval(env: CongestionControlEnv, q_fn: Callable[[np.ndarray], np.ndarray], episode: int) -> dict[str, Any]:
     stats = summarise(evaluate(env, q_fn=q_fn, baselines=False))[0]
-    return {"episode": episode, "reward": stats.reward_mean, "accuracy": stats.accuracy,
-            "throughput_mbps": stats.throughput_mbps, "jain": stats.jain, "switches": stats.switches}
+    row = {"episode": episode, "reward": stats.reward_mean, "accuracy": stats.accuracy,
+           "throughput_mbps": stats.throughput_mbps, "jain": stats.jain, "switches": stats.switches}
+    # an episode without a step (a held-out condition shorter than the window) has no mean: None, not NaN
+    return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in row.items()}
 
 
 def _write_history(path: Path, history: dict[str, list[float]]) -> None:
@@ -479,6 +552,6 @@ class _Bar:
         losses = [x for x in history["loss"][-50:] if not np.isnan(x)]
         desc = (f"reward {r:6.2f}  loss {np.mean(losses) if losses else float('nan'):7.3f}  "
                 f"acc {100 * np.mean(history['accuracy'][-50:]):5.1f} %  eps {history['epsilon'][-1]:.2f}")
-        if evals:
+        if evals and evals[-1]["reward"] is not None:
             desc += f"  held-out {evals[-1]['reward']:.2f}"
         self._p.update(self._task, completed=done, description=desc)

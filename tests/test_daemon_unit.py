@@ -277,6 +277,12 @@ def test_vectorised_reward_equals_envs_reward() -> None:
             reward(cfg, throughput_mbps=10, rtt_ms=25, loss=0.0, jain=jain)[0],
             reward(cfg, throughput_mbps=5, rtt_ms=math.nan, loss=0.0, jain=1.0)[0]]
     assert got == pytest.approx(want)
+    ms = RewardConfig(fairness="minshare")  # the group's smallest Thratio: 0.5 on 10.0.0.2, alone 1 on .9
+    want = [reward(ms, throughput_mbps=30, rtt_ms=20, loss=0.01, min_share=0.5)[0],
+            reward(ms, throughput_mbps=10, rtt_ms=25, loss=0.0, min_share=0.5)[0],
+            reward(ms, throughput_mbps=5, rtt_ms=math.nan, loss=0.0, min_share=1.0)[0]]
+    assert rewards(ms, t, f) == pytest.approx(want)
+    assert want[0] < reward(cfg, throughput_mbps=30, rtt_ms=20, loss=0.01, jain=jain)[0]  # 2 ln 0.5 < 2 (J-1)
     assert fairness(t, "host").jain[2] < 1.0  # all three compete when grouped per host
 
 

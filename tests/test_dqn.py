@@ -80,6 +80,8 @@ def test_exported_policy_reproduces_tensorflow() -> None:
     model = build_q_network(OBS_DIM, 3, Hyperparameters())
     rng = np.random.default_rng(0)
     for layer in model.layers:  # non-trivial biases too
+        if not layer.get_weights():
+            continue  # the input layer
         k, b = layer.get_weights()
         layer.set_weights([k, rng.normal(0, 0.5, b.shape).astype(np.float32)])
     x = rng.uniform(-10, 10, (512, OBS_DIM)).astype(np.float32)
@@ -91,6 +93,47 @@ def test_exported_policy_reproduces_tensorflow() -> None:
     got = load_policy(path).q_values(x)
     assert np.max(np.abs(got - want)) < 1e-5
     assert (load_policy(path).act(x) == want.argmax(axis=1)).mean() > 0.99
+
+
+def test_dueling_network_folds_into_the_policy_files_mlp() -> None:
+    """V + A - mean(A) with linear heads is one Dense layer: the exported MLP gives the dueling
+    network's Q-values (float32 on both sides: 1e-4 absolute at |Q| < 100)."""
+    import keras
+
+    from ccswitch.models.dqn import build_q_network, export_weights
+
+    hp = Hyperparameters(dueling=True, hidden_units=(16, 8))
+    keras.utils.set_random_seed(3)
+    model = build_q_network(OBS_DIM, 3, hp)
+    rng = np.random.default_rng(1)
+    model.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32) for w in model.get_weights()])
+    assert len(model.get_weights()) == 2 * 4  # two hidden, the value head, the advantage head
+    x = rng.uniform(-3, 3, (256, OBS_DIM)).astype(np.float32)
+    want = model(x, training=False).numpy()
+    w = export_weights(model.get_weights(), hp)
+    assert [k.shape for k in w[0::2]] == [(OBS_DIM, 16), (16, 8), (8, 3)]
+    path = Path(pytest.importorskip("tempfile").mkdtemp()) / "p.json"
+    save_policy(path, kernels=w[0::2], biases=w[1::2], actions=("cubic", "bbr", "pcc"), features=feature_names(),
+                normalisation=Normalisation.identity())
+    assert np.max(np.abs(load_policy(path).q_values(x) - want)) < 1e-4
+
+
+def test_n_step_returns() -> None:
+    from ccswitch.models.dqn import NStep
+
+    ns, o = NStep(3, 0.5), np.zeros(2)
+    assert ns.push(o, 0, 1.0, o + 1, False, False) == []
+    assert ns.push(o + 1, 1, 2.0, o + 2, False, False) == []
+    (first,) = ns.push(o + 2, 2, 4.0, o + 3, False, False)
+    assert first[1] == 0 and first[2] == pytest.approx(1 + 0.5 * 2 + 0.25 * 4) and first[5] == pytest.approx(0.125)
+    assert first[3].tolist() == [3, 3]  # bootstraps from s_t+3
+    tail = ns.push(o + 3, 0, 8.0, o + 4, True, True)  # episode end: flush with shorter horizons
+    assert [t[1] for t in tail] == [1, 2, 0]
+    assert [t[2] for t in tail] == pytest.approx([2 + 2 + 2, 4 + 4, 8])
+    assert [t[5] for t in tail] == pytest.approx([0.125, 0.25, 0.5]) and all(t[4] for t in tail)
+    one = NStep(1, 0.9)
+    (t,) = one.push(o, 1, 3.0, o + 1, False, False)
+    assert t[2] == 3.0 and t[5] == pytest.approx(0.9)  # n = 1 is plain DQN
 
 
 def _valid_doc(tmp_path: Path) -> tuple[Path, dict]:

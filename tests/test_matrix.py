@@ -127,6 +127,24 @@ def test_local_matrix_runs_resumes_and_reports_failures(tmp_path: Path, require)
     bbr = json.loads((res / "tiny-0" / "daemon-static-bbr" / "seed-1" / "summary.json").read_text())
     assert bbr["meta"]["daemon"]["policy"] == "static" and bbr["meta"]["daemon"]["cca"] == "bbr"
     assert run_matrix(d, ["static", "daemon-static-bbr"], 1, res, progress=False) == []
+    # the same runs as a replay corpus (datasets/from_matrix.py): one condition per managed flow
+    from ccswitch.datasets.from_matrix import corpus_from_matrix
+    from ccswitch.datasets.trace import find_captures
+
+    mc = corpus_from_matrix(res, tmp_path / "corpus", ccas=("bbr",), log=lambda m: None)
+    assert (mc.scenarios, mc.conditions, mc.captures, mc.incomplete) == (2, 4, 4, [])
+    caps = find_captures(tmp_path / "corpus")
+    assert sorted(c.condition for c in caps) == ["tiny-0~C1", "tiny-0~C2", "tiny-1~C1", "tiny-1~C2"]
+    for c in caps:
+        c.validate()
+        agent = c.agent_flow()
+        assert agent is not None and agent["name"] == c.condition.split("~")[1]
+        assert [f["role"] for f in c.flows].count("competitor") == 1 and not any(f["local"] for f in c.flows
+                                                                                  if f["role"] != "agent")
+        assert c.manifest["arm"] == {"start": "bbr", "switches": []}
+        ccas = [r["cca"] for r in c.samples().to_pylist() if r["flow_id"] == agent["flow_id"]]
+        assert ccas[-1] == "bbr"  # the daemon moved C1 off cubic
+    assert corpus_from_matrix(res, tmp_path / "corpus", ccas=("bbr",), log=lambda m: None).written == 0
     # a second seed with a bound too short for any run: every run fails, one line each, no leftovers
     res2 = tmp_path / "res2"
     out2 = run_matrix(d, ["static"], 1, res2, progress=False, timeout_s=3)

@@ -127,6 +127,28 @@ def _best(runs: Sequence[RunResult]) -> RunResult:
                                     -1 if math.isnan(r.min_share) else r.min_share))
 
 
+def arm_table(runs: Sequence[RunResult], arms: Sequence[str], scenarios: Sequence[str],
+              meetable: Sequence[str]) -> list[str]:
+    """The per-arm Markdown table: share of (all, meetable) scenarios met, medians, switches."""
+    lines = ["| Arm | Runs | All scenarios: share met (95 % CI) | Meetable scenarios: share met (95 % CI) "
+             "| Median min share | Median Jain | Median utilisation | Median p95 RTT (ms) | Switches/run |",
+             "|---|---:|---|---|---:|---:|---:|---:|---:|"]
+    for arm in arms:
+        ar = [r for r in runs if r.arm == arm]
+        m, lo, hi, how = met_share(ar, scenarios)
+        m2, lo2, hi2, _ = met_share(ar, meetable)
+
+        def med(key: str, rs: list[RunResult] = ar) -> float:
+            vals = [getattr(r, key) for r in rs if not math.isnan(getattr(r, key))]
+            return statistics.median(vals) if vals else math.nan
+
+        lines.append(f"| {arm} | {len(ar)} | {_f(m, pct=True)} ({_f(lo, pct=True)}-{_f(hi, pct=True)}; {how}) | "
+                     f"{_f(m2, pct=True)} ({_f(lo2, pct=True)}-{_f(hi2, pct=True)}) | {_f(med('min_share'))} | "
+                     f"{_f(med('jain'), 3)} | {_f(med('utilisation'), pct=True)} | {_f(med('rtt_p95_ms'), 1)} | "
+                     f"{_f(statistics.fmean(r.switches for r in ar), 1)} |")
+    return lines
+
+
 def plot_cdfs(runs: Sequence[RunResult], arms: Sequence[str], path: Path) -> Path:
     import matplotlib
 
@@ -217,22 +239,7 @@ def report(results: Path, doc: Path | None = None, *, title: str = "", notes: st
              *([notes.strip(), ""] if notes.strip() else []),
              "## Targets met, per arm", "",
              f"{len(meetable)} of {len(scenarios)} scenarios are met by at least one arm in at least one run.", "",
-             "| Arm | Runs | All scenarios: share met (95 % CI) | Meetable scenarios: share met (95 % CI) "
-             "| Median min share | Median Jain | Median utilisation | Median p95 RTT (ms) | Switches/run |",
-             "|---|---:|---|---|---:|---:|---:|---:|---:|"]
-    for arm in arms:
-        ar = [r for r in runs if r.arm == arm]
-        m, lo, hi, how = met_share(ar, scenarios)
-        m2, lo2, hi2, _ = met_share(ar, meetable)
-
-        def med(key: str, rs: list[RunResult] = ar) -> float:
-            vals = [getattr(r, key) for r in rs if not math.isnan(getattr(r, key))]
-            return statistics.median(vals) if vals else math.nan
-
-        lines.append(f"| {arm} | {len(ar)} | {_f(m, pct=True)} ({_f(lo, pct=True)}-{_f(hi, pct=True)}; {how}) | "
-                     f"{_f(m2, pct=True)} ({_f(lo2, pct=True)}-{_f(hi2, pct=True)}) | {_f(med('min_share'))} | "
-                     f"{_f(med('jain'), 3)} | {_f(med('utilisation'), pct=True)} | {_f(med('rtt_p95_ms'), 1)} | "
-                     f"{_f(statistics.fmean(r.switches for r in ar), 1)} |")
+             *arm_table(runs, arms, scenarios, meetable)]
     cdf = plot_cdfs(runs, arms, plots / "matrix-cdfs.png")
     lines += ["", f"![CDFs]({cdf.relative_to(doc.parent)})", ""]
 

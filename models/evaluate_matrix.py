@@ -1,0 +1,82 @@
+"""End-to-end evaluation of a candidate policy on a committed split of the scenario space.
+
+``ccswitch evaluate POLICY --split dev|test`` runs the ``dqn`` arm with POLICY over
+``testbed/scenarios/matrix/<split>/`` (the matrix runner: real namespaces, linkemu, iperf3,
+ccswitchd; resumable) and sets its runs beside the other arms' runs of the same split (the
+baseline results folder, by default ``results/matrix-<split>``, which holds the shipped
+policy's ``dqn`` arm, ``static``, ``heuristic`` and the daemon-static arms).  The comparison
+is the matrix report's per-arm table plus issue 11's two per-scenario checks: scenarios where
+the candidate's min share is more than 0.05 below the static arm's, and the median p95 RTT
+against the best arm that meets the targets.
+
+Model selection uses ``--split dev`` only; ``--split test`` is run once per shipped
+candidate and its number goes into the model card as it is.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ccswitch.testbed.reports.matrix import RunResult, arm_table, load_results
+from ccswitch.testbed.runs.matrix import run_matrix
+
+__all__ = ["CANDIDATE", "SPLIT_DIRS", "compare", "evaluate_on_split"]
+
+REPO = Path(__file__).resolve().parent.parent
+SPLIT_DIRS = {s: REPO / "testbed" / "scenarios" / "matrix" / s for s in ("dev", "test")}
+CANDIDATE = "candidate"
+"""The arm name the candidate's runs get in the comparison."""
+STATIC_SLACK = 0.05
+"""Issue 11: in no scenario may the min share be more than this below the static arm's."""
+
+
+def compare(candidate: Sequence[RunResult], baseline: Sequence[RunResult], title: str) -> str:
+    """Markdown: the per-arm table with the candidate first, and the per-scenario checks."""
+    scen = sorted({r.scenario for r in candidate})
+    base = [r for r in baseline if r.scenario in set(scen)]
+    runs = [replace(r, arm=CANDIDATE) for r in candidate] + base
+    arms = [CANDIDATE, *sorted({r.arm for r in base}, key=lambda a: (a != "dqn", a))]
+    meetable = sorted({r.scenario for r in runs if r.met})
+    lines = [f"# {title}", "",
+             f"{len(scen)} scenarios; {len(meetable)} met by at least one arm in at least one run.", "",
+             *arm_table(runs, arms, scen, meetable), ""]
+
+    def mean_of(arm: str, s: str, key: str) -> float:
+        vals = [getattr(r, key) for r in runs if r.arm == arm and r.scenario == s
+                and not math.isnan(getattr(r, key))]
+        return statistics.fmean(vals) if vals else math.nan
+
+    below = [(s, mean_of(CANDIDATE, s, "min_share"), mean_of("static", s, "min_share")) for s in scen]
+    below = [(s, c, st) for s, c, st in below if not math.isnan(c) and not math.isnan(st) and c < st - STATIC_SLACK]
+    lines += [f"Scenarios where the candidate's min share is more than {STATIC_SLACK} below the static arm's: "
+              f"{len(below)} of {len(scen)}" + (":" if below else "."), ""]
+    lines += [f"- {s}: {c:.2f} vs static {st:.2f}" for s, c, st in below]
+    winners = [a for a in arms if a != CANDIDATE and any(r.met for r in runs if r.arm == a)]
+    if winners:
+        def p95(arm: str) -> float:
+            v = [r.rtt_p95_ms for r in runs if r.arm == arm and not math.isnan(r.rtt_p95_ms)]
+            return statistics.median(v) if v else math.nan
+
+        best = min(winners, key=lambda a: (-sum(r.met for r in runs if r.arm == a), p95(a)))
+        lines += ["", f"Median p95 RTT: candidate {p95(CANDIDATE):.1f} ms, {best} (the arm meeting the targets "
+                      f"most often) {p95(best):.1f} ms."]
+    return "\n".join(lines) + "\n"
+
+
+def evaluate_on_split(policy: Path, split: str, out: Path, *, baseline: Path | None = None, seeds: int = 1,
+                      jobs: int = 1, timeout_s: float = 240.0, progress: bool = True) -> tuple[str, int]:
+    """Run the candidate's matrix arm; returns (comparison Markdown, failed runs)."""
+    folder = SPLIT_DIRS[split]
+    outcomes = run_matrix(folder, ["dqn"], seeds, out, jobs=jobs, timeout_s=timeout_s, policy_file=policy,
+                          progress=progress)
+    failed = sum(not o.ok for o in outcomes)
+    base_dir = baseline or REPO / "results" / f"matrix-{split}"
+    base = load_results(base_dir) if base_dir.is_dir() else []
+    doc = compare(load_results(out), base, f"{policy.name} on the {split} split"
+                  + (f" beside {base_dir}" if base else " (no baseline results found)"))
+    (out / "comparison.md").write_text(doc)
+    return doc, failed
