@@ -56,9 +56,12 @@ def matrix_generate(space: str, split: str, count: int, seed: int, out: str) -> 
 @click.option("--jobs", type=int, default=1, show_default=True, help="Runs at once on this host.")
 @click.option("--ray", "ray_address", metavar="auto|ADDRESS", help="Run each run as a task on a Ray cluster.")
 @click.option("--runs-per-node", type=int, help="With --ray: runs at once per node (default: its CPUs / 2).")
+@click.option("--guard", "guard", multiple=True, metavar="KEY=VALUE",
+              help="A guard setting of every daemon arm, e.g. eval_window_s=0 (repeatable; docs/daemon.md).")
 @click.option("--quiet", is_flag=True, help="Only failures and the final line.")
 def matrix_run(directory: str, arms: str, seeds: int, out: str, scenarios: tuple[str, ...], policy_file: str | None,
-               timeout_s: float, jobs: int, ray_address: str | None, runs_per_node: int | None, quiet: bool) -> None:
+               timeout_s: float, jobs: int, ray_address: str | None, runs_per_node: int | None,
+               guard: tuple[str, ...], quiet: bool) -> None:
     """Run every scenario of DIRECTORY in each arm and seed; finished runs are never repeated."""
     from ccswitch.testbed.runs.matrix import MatrixError, run_matrix
     from ccswitch.testbed.scenario import ScenarioError
@@ -66,7 +69,8 @@ def matrix_run(directory: str, arms: str, seeds: int, out: str, scenarios: tuple
     try:
         outcomes = run_matrix(Path(directory), arms.split(","), seeds, Path(out), jobs=jobs, timeout_s=timeout_s,
                               policy_file=Path(policy_file) if policy_file else None, scenarios=scenarios,
-                              ray_address=ray_address, runs_per_node=runs_per_node, progress=not quiet)
+                              ray_address=ray_address, runs_per_node=runs_per_node, progress=not quiet,
+                              guard=guard)
     except (MatrixError, ScenarioError, ValueError, OSError) as exc:
         _fail(exc)
     except KeyboardInterrupt:

@@ -244,6 +244,7 @@ class CongestionControlEnv(gym.Env):
             "cca": self.actions[cca] if cca >= 0 else None,
             "throughput_mbps": float(t.throughput_mbps[k]), "rtt_ms": float(t.rtt_ms[k]),
             "loss": float(t.loss[k]), "jain": float(t.jain[k]), "n_flows": int(t.n_flows[k]),
+            "min_share": float(t.min_share[k]),
         }
         info = dict(self._last)
         info["oracle_action"] = self.oracle_action()

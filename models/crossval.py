@@ -46,9 +46,14 @@ SEEDS = (1, 2, 3)
 
 
 def folds(ids: Sequence[str], k: int = FOLDS) -> list[list[str]]:
-    """*ids* cut into k folds by a hash of the id (deterministic, independent of order)."""
-    ordered = sorted(ids, key=lambda c: hashlib.sha256(("fold:" + c).encode()).hexdigest())
-    return [sorted(ordered[i::k]) for i in range(k)]
+    """*ids* cut into k folds by a hash of the id's group (deterministic, independent of order).
+
+    The group is the scenario of a ``SCENARIO~FLOW`` id (envs/replay.py split_conditions): the
+    flows of one run share a fold."""
+    groups = sorted({c.split("~", 1)[0] for c in ids},
+                    key=lambda g: hashlib.sha256(("fold:" + g).encode()).hexdigest())
+    fold_of = {g: i % k for i, g in enumerate(groups)}
+    return [sorted(c for c in ids if fold_of[c.split("~", 1)[0]] == i) for i in range(k)]
 
 
 def cross_validate(overrides: Sequence[str], corpus: str | Path | None = None, *, k: int = FOLDS,

@@ -53,6 +53,8 @@ class EpisodeStats:
     jain: float
     switches: int
     actions: list[str] = field(default_factory=list)
+    min_share: float = math.nan
+    """Mean over the episode of the smallest bulk flow's throughput / the mean (the matrix's target)."""
 
 
 @dataclass
@@ -67,13 +69,14 @@ class PolicyStats:
     loss: float
     jain: float
     switches: float
+    min_share: float = math.nan
 
 
 def run_episode(env: CongestionControlEnv, choose: Chooser, *, policy: str, condition: str, start_cca: str,
                 seed: int = 0) -> EpisodeStats:
     obs, info = env.reset(seed=seed, options={"condition": condition, "start_cca": start_cca})
     total, steps, correct, switches = 0.0, 0, 0, 0
-    thr, rtt, loss, jain, acts = [], [], [], [], []
+    thr, rtt, loss, jain, acts, mins = [], [], [], [], [], []
     while True:
         a = int(choose(obs, info, env))
         correct += int(a == info["oracle_action"])
@@ -86,6 +89,7 @@ def run_episode(env: CongestionControlEnv, choose: Chooser, *, policy: str, cond
             rtt.append(info["rtt_ms"])
             loss.append(info["loss"])
             jain.append(info["jain"])
+            mins.append(info.get("min_share", math.nan))
             acts.append(env.actions[a])
         if term or trunc:
             break
@@ -95,7 +99,7 @@ def run_episode(env: CongestionControlEnv, choose: Chooser, *, policy: str, cond
         return float(np.mean(v)) if v else math.nan
 
     return EpisodeStats(policy, condition, start_cca, steps, total, correct / max(steps, 1), mean(thr), mean(rtt),
-                        mean(loss), mean(jain), switches, acts)
+                        mean(loss), mean(jain), switches, acts, mean(mins))
 
 
 def summarise(episodes: Sequence[EpisodeStats]) -> list[PolicyStats]:
@@ -112,7 +116,7 @@ def summarise(episodes: Sequence[EpisodeStats]) -> list[PolicyStats]:
 
         out.append(PolicyStats(name, len(eps), float(rewards.mean()), float(rewards.std()), wmean("accuracy"),
                                wmean("throughput_mbps"), wmean("rtt_ms"), wmean("loss"), wmean("jain"),
-                               float(np.mean([e.switches for e in eps]))))
+                               float(np.mean([e.switches for e in eps])), wmean("min_share")))
     return out
 
 
@@ -152,12 +156,12 @@ def evaluate(env: CongestionControlEnv, policies: dict[str, Chooser | None] | No
 
 def markdown_table(stats: Sequence[PolicyStats]) -> str:
     head = ("| policy | episodes | reward / episode (mean ± sd) | accuracy vs evalfn | throughput Mb/s | RTT ms | "
-            "loss % | Jain | switches / episode |")
-    lines = [head, "|" + "---|" * 9]
+            "loss % | Jain | min share | switches / episode |")
+    lines = [head, "|" + "---|" * 10]
     for s in stats:
         lines.append(f"| {s.policy} | {s.episodes} | {s.reward_mean:.2f} ± {s.reward_std:.2f} | "
                      f"{100 * s.accuracy:.1f} % | {s.throughput_mbps:.2f} | {s.rtt_ms:.2f} | {100 * s.loss:.2f} | "
-                     f"{s.jain:.3f} | {s.switches:.2f} |")
+                     f"{s.jain:.3f} | {s.min_share:.2f} | {s.switches:.2f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -71,7 +71,7 @@ def unpack_run(results: Path, task: Task, blob: bytes) -> None:
         tar.extractall(arm_dir, filter="data")
 
 
-def run_remote(task: Task, policy: Path | None, timeout_s: float) -> dict[str, Any]:
+def run_remote(task: Task, policy: Path | None, timeout_s: float, guard: Sequence[str] = ()) -> dict[str, Any]:
     """The body of one Ray task (runs on the node): the run, packed."""
     import socket
 
@@ -79,7 +79,7 @@ def run_remote(task: Task, policy: Path | None, timeout_s: float) -> dict[str, A
 
     tmp = Path(tempfile.mkdtemp(prefix="ccswitch-matrix-"))
     try:
-        o = execute(task, tmp, policy, timeout_s)
+        o = execute(task, tmp, policy, timeout_s, guard=guard)
         return {"ok": o.ok, "wall_s": o.wall_s, "error": o.error, "node": socket.gethostname(),
                 "tar": pack_run(tmp, task)}
     finally:
@@ -96,7 +96,8 @@ def _cpus_per_run(ray: Any, runs_per_node: int | None) -> float:
 
 
 def run_on_ray(todo: Sequence[Task], results: Path, policy: Path | None, timeout_s: float, address: str,
-               runs_per_node: int | None, on_done: Callable[[Outcome], None]) -> list[Outcome]:
+               runs_per_node: int | None, on_done: Callable[[Outcome], None],
+               guard: Sequence[str] = ()) -> list[Outcome]:
     """Run *todo* as Ray tasks on the cluster at *address* ("auto": the running one)."""
     ray = _ray()
     try:
@@ -106,7 +107,7 @@ def run_on_ray(todo: Sequence[Task], results: Path, policy: Path | None, timeout
                           "start one with `ray start --head` (docs/cluster.md)") from None
     remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(run_remote)
     cpus = _cpus_per_run(ray, runs_per_node)
-    refs = {remote.options(num_cpus=cpus).remote(t, policy, timeout_s): t for t in todo}
+    refs = {remote.options(num_cpus=cpus).remote(t, policy, timeout_s, list(guard)): t for t in todo}
     outcomes: list[Outcome] = []
     try:
         pending = list(refs)

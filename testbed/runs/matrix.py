@@ -41,7 +41,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..scenario.arms import arm_scenario, check_arms
+from ..scenario.arms import arm_scenario, check_arms, guard_setting
+from ..scenario.daemon_config import check_settings
+from ..scenario.model import DaemonSettings
 
 DEFAULT_TIMEOUT_S = 240.0
 """Per-run bound: a 30-40 s scenario takes 45-75 s with set-up and teardown on 2 cores."""
@@ -123,13 +125,15 @@ def plan(folder: Path, arms: Sequence[str], seeds: int, *, scenarios: Sequence[s
 # --------------------------------------------------------------- one run ---
 
 
-def child_argv(task: Task, run_dir: Path, policy_file: Path | None) -> list[str]:
+def child_argv(task: Task, run_dir: Path, policy_file: Path | None, guard: Sequence[str] = ()) -> list[str]:
     argv = [sys.executable, "-m", "ccswitch.testbed.runs.matrix", "one", str(task.file), task.arm,
             str(task.seed), str(run_dir)]
+    argv += [f"--guard={g}" for g in guard]
     return argv + (["--policy-file", str(policy_file)] if policy_file else [])
 
 
-def run_one(file: Path, arm: str, seed: int, run_dir: Path, policy_file: Path | None = None) -> None:
+def run_one(file: Path, arm: str, seed: int, run_dir: Path, policy_file: Path | None = None,
+            guard: Sequence[str] = ()) -> None:
     """The child: the arm's scenario with this seed, into *run_dir*, then its report."""
     from ccswitch.dataplane import install_signal_handlers
 
@@ -138,7 +142,7 @@ def run_one(file: Path, arm: str, seed: int, run_dir: Path, policy_file: Path | 
     from .runner import run_once
 
     install_signal_handlers()
-    sc = arm_scenario(load_scenario(file), arm, policy_file)
+    sc = arm_scenario(load_scenario(file), arm, policy_file, [guard_setting(g) for g in guard])
     sc = replace(sc, seeds=(seed,), repetitions=1)
     run_once(sc, run_dir, seed=seed, label=f"{sc.name} {arm} seed {seed}", progress=True)
     report_run(run_dir, plots=True)
@@ -177,7 +181,7 @@ def _last_error(log: Path) -> str:
 
 
 def execute(task: Task, results: Path, policy_file: Path | None, timeout_s: float,
-            stop: threading.Event | None = None) -> Outcome:
+            stop: threading.Event | None = None, guard: Sequence[str] = ()) -> Outcome:
     """Run *task* as a child process into its folder; never raises for a failed run."""
     run_dir = task.run_dir(results)
     log = task.log_path(results)
@@ -185,7 +189,7 @@ def execute(task: Task, results: Path, policy_file: Path | None, timeout_s: floa
     set_aside(run_dir)
     t0 = time.monotonic()
     with log.open("w") as fh:
-        proc = subprocess.Popen(child_argv(task, run_dir, policy_file), stdout=fh, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(child_argv(task, run_dir, policy_file, guard), stdout=fh, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         error = ""
         while True:
@@ -272,19 +276,36 @@ Runner = Callable[[Task], Outcome]
 def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, jobs: int = 1,
                timeout_s: float = DEFAULT_TIMEOUT_S, policy_file: Path | None = None,
                scenarios: Sequence[str] = (), ray_address: str | None = None, runs_per_node: int | None = None,
-               progress: bool = True) -> list[Outcome]:
-    """Run every unfinished task of the matrix; returns the outcomes of the runs made now."""
+               progress: bool = True, guard: Sequence[str] = ()) -> list[Outcome]:
+    """Run every unfinished task of the matrix; returns the outcomes of the runs made now.
+
+    *guard*: KEY=VALUE settings of the daemons' guard in every daemon arm (``--guard``).  They
+    are part of what the results mean, so a folder refuses to resume with other ones."""
     if policy_file is not None and not policy_file.is_file():
         raise MatrixError(f"--policy-file {policy_file}: no such file (give a policy exported by ccswitch train)")
     if jobs < 1:
         raise MatrixError(f"--jobs must be >= 1, got {jobs}")
     if ray_address is None and os.geteuid() != 0:
         raise MatrixError("matrix runs use network namespaces and BPF: run as root (sudo)")
+    guard = list(guard)
+    try:
+        settings = DaemonSettings(guard=tuple(guard_setting(g) for g in guard))
+    except ValueError as e:
+        raise MatrixError(str(e)) from None
+    if problems := check_settings(settings):
+        raise MatrixError(f"--guard: {problems[0]}")
     tasks = plan(folder, arms, seeds, scenarios=scenarios)
     results.mkdir(parents=True, exist_ok=True)
+    previous = results / "matrix.json"
+    if previous.is_file():
+        with contextlib.suppress(ValueError):
+            before = json.loads(previous.read_text()).get("guard") or []
+            if sorted(before) != sorted(guard):
+                raise MatrixError(f"{results} holds runs with --guard {' '.join(before) or '(none)'}; "
+                                  f"resume with the same settings or use another --out")
     (results / "matrix.json").write_text(json.dumps({
         "scenarios": str(folder.resolve()), "arms": list(check_arms(arms)), "seeds": seeds,
-        "policy_file": str(policy_file.resolve()) if policy_file else None}, indent=2) + "\n")
+        "policy_file": str(policy_file.resolve()) if policy_file else None, "guard": guard}, indent=2) + "\n")
     todo = [t for t in tasks if not finished(t.run_dir(results))]
     prog = MatrixProgress(len(tasks), len(tasks) - len(todo), enabled=progress)
     if not todo:
@@ -298,9 +319,9 @@ def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, 
             from .cluster import run_on_ray
 
             outcomes = run_on_ray(todo, results, policy, timeout_s, ray_address, runs_per_node,
-                                  lambda o: _record(o, results, prog))
+                                  lambda o: _record(o, results, prog), guard=guard)
         else:
-            outcomes = _run_local(todo, results, policy, timeout_s, jobs, prog)
+            outcomes = _run_local(todo, results, policy, timeout_s, jobs, prog, guard)
     finally:
         signal.signal(signal.SIGTERM, old_term)
         prog.close()
@@ -325,7 +346,7 @@ def _record(o: Outcome, results: Path, prog: MatrixProgress) -> None:
 
 
 def _run_local(todo: Iterable[Task], results: Path, policy: Path | None, timeout_s: float, jobs: int,
-               prog: MatrixProgress) -> list[Outcome]:
+               prog: MatrixProgress, guard: Sequence[str] = ()) -> list[Outcome]:
     stop = threading.Event()
     outcomes: list[Outcome] = []
     pending = list(todo)
@@ -334,7 +355,7 @@ def _run_local(todo: Iterable[Task], results: Path, policy: Path | None, timeout
         try:
             while pending or running:
                 while pending and len(running) < jobs:
-                    running.add(pool.submit(execute, pending.pop(0), results, policy, timeout_s, stop))
+                    running.add(pool.submit(execute, pending.pop(0), results, policy, timeout_s, stop, guard))
                 done, running = wait(running, return_when=FIRST_COMPLETED)
                 for fut in done:
                     o = fut.result()
@@ -358,9 +379,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     one.add_argument("seed", type=int)
     one.add_argument("run_dir", type=Path)
     one.add_argument("--policy-file", type=Path)
+    one.add_argument("--guard", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
     try:
-        run_one(args.file, args.arm, args.seed, args.run_dir, args.policy_file)
+        run_one(args.file, args.arm, args.seed, args.run_dir, args.policy_file, args.guard)
     except Exception as e:  # the parent reads the last error line of the log
         print(f"matrix run: error: {type(e).__name__}: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(1)
