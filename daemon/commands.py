@@ -150,7 +150,8 @@ def policy_show(ctx: click.Context, path: str | None, as_json: bool) -> None:
         click.echo(f"  {name:<24} mean {m:9.3f}  std {s:8.3f}")
     click.echo("  + " + " ".join(f for f in desc["features"] if not f.startswith("w")))
     tr = desc.get("training") or {}
-    for k in ("created", "corpus", "corpus_captures", "episodes", "env_steps", "wall_time_s"):
+    for k in ("created", "corpus", "corpus_fingerprint", "corpus_space", "corpus_captures", "episodes",
+              "env_steps", "wall_time_s"):
         if k in tr:
             click.echo(f"{k}: {tr[k]}")
     if "hyperparameters" in tr:
@@ -162,6 +163,10 @@ def policy_show(ctx: click.Context, path: str | None, as_json: bool) -> None:
                                                          for k, v in tr["heldout_eval"].items()))
     if "versions" in tr:
         click.echo("versions: " + ", ".join(f"{k} {v}" for k, v in tr["versions"].items()))
+    for split, ev in sorted((desc.get("evaluation") or {}).items()):
+        if isinstance(ev, dict):  # end to end, per split of the scenario space (models/evaluate_matrix.py)
+            click.echo(f"end to end, {split} split: " + ", ".join(
+                f"{k}={_num(v, '{:.3f}') if isinstance(v, float) else v}" for k, v in ev.items()))
 
 
 @policy.command("explain")

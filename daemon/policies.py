@@ -91,7 +91,8 @@ class DqnDecider(Decider):
                 "window": p.window, "interval_s": p.interval_s, "features": list(p.feature_names),
                 "n_features": p.n_features, "activation": p.activation,
                 "layers": [list(k.shape) for k in p.kernels],
-                "normalisation": p.normalisation.as_dict(), "training": p.training}
+                "normalisation": p.normalisation.as_dict(), "training": p.training,
+                "evaluation": p.evaluation}
 
 
 class HeuristicDecider(Decider):

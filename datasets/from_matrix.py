@@ -105,6 +105,17 @@ def _capture_manifest(scenario: str, flow: str, cca: str, seed: int, summary: di
     }
 
 
+def _space_of(results: Path) -> str | None:
+    """'SPACE (generator vN), SPLIT split' from the matrix's scenario files, if they say."""
+    try:
+        folder = Path(json.loads((results / "matrix.json").read_text())["scenarios"])
+        head = next(iter(sorted(folder.glob("*.toml")))).read_text().splitlines()[0]
+    except (OSError, ValueError, KeyError, StopIteration):
+        return None
+    m = re.match(r"# Drawn from space '([^']+)' \(generator v(\d+), seed (\d+).*split (\w+)", head)
+    return f"{m.group(1)} (generator v{m.group(2)}, seed {m.group(3)}), {m.group(4)} split" if m else None
+
+
 def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[str] = ("cubic", "bbr", "pcc"),
                        log: Callable[[str], None] = print) -> MatrixCorpus:
     """Write a capture per (managed bulk flow, daemon-static arm, seed) of *results* into *out*."""
@@ -142,8 +153,9 @@ def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[s
                                                                   flows, params))
                     written += 1
     incomplete = sorted(c for c, got in have.items() if set(ccas) - got)
+    space = _space_of(root)
     index = {"format": "ccswitch-corpus", "format_version": 1, "name": dest.name, "backend": "matrix",
-             "source_results": str(root), "ccas": list(ccas), "scenarios": len(scenarios),
+             "source_results": str(root), "space": space, "ccas": list(ccas), "scenarios": len(scenarios),
              "conditions": sorted(have), "incomplete": incomplete, "captures": total}
     (dest / CORPUS_INDEX).write_text(json.dumps(index, indent=2) + "\n")
     log(f"{dest}: {total} captures of {len(have)} conditions from {len(scenarios)} scenarios "

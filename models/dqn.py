@@ -465,6 +465,7 @@ def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus |
     meta = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "corpus": _portable(replay.source), "corpus_fingerprint": replay.fingerprint,
+        "corpus_space": _corpus_space(replay.source),
         "corpus_captures": replay.n_captures, "interval_s": replay.interval_s,
         "train_conditions": env.train_ids, "test_conditions": env.test_ids,
         "hyperparameters": hp.as_dict(), "reward": hp.reward.as_dict(),
@@ -491,6 +492,15 @@ def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus |
         f"{final.get('reward') or float('nan'):.2f}/episode, accuracy {100 * (final.get('accuracy') or 0):.1f} %; "
         f"policy -> {policy_path}")
     return TrainResult(out, policy_path, history, evaluations, wall, final)
+
+
+def _corpus_space(source: str) -> str | None:
+    """Where a corpus built from matrix runs came from (its corpus.json ``space``), else None."""
+    index = Path(source) / "corpus.json"
+    try:
+        return json.loads(index.read_text()).get("space")
+    except (OSError, ValueError):
+        return None
 
 
 def _portable(path: str) -> str:

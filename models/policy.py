@@ -12,6 +12,8 @@ One JSON document (``.json``; readable by anything, diffable, no pickles)::
       "network": {"activation": "relu",            # hidden layers; the output layer is linear
                   "layers": [{"kernel": ARRAY, "bias": ARRAY}, ...]},
       "training": {...},                           # corpus, split, hyperparameters, reward, metrics, versions
+      "evaluation": {...},                         # optional: end-to-end results added after training
+                                                   # (annotate_policy; e.g. the test split of the space)
       "checksum": "sha256:<hex>"                   # of the canonical JSON of everything else
     }
 
@@ -97,6 +99,8 @@ class Policy:
     window: int = 4
     interval_s: float = 1.0
     training: dict[str, Any] = field(default_factory=dict)
+    evaluation: dict[str, Any] = field(default_factory=dict)
+    """End-to-end results recorded after training (annotate_policy), e.g. the test split's numbers."""
     path: Path | None = None
     checksum: str = ""
 
@@ -245,4 +249,21 @@ def _build(p: Path, doc: dict[str, Any], expect_features: Sequence[str] | None) 
                           f"{len(norm.mean)} and {len(norm.std)}")
     return Policy(actions=actions, feature_names=names, normalisation=norm, kernels=kernels, biases=biases,
                   activation=activation, window=window, interval_s=float(feats.get("interval_s", 1.0)),
-                  training=doc.get("training", {}), path=p, checksum=str(doc["checksum"]))
+                  training=doc.get("training", {}), evaluation=doc.get("evaluation", {}), path=p,
+                  checksum=str(doc["checksum"]))
+
+
+def annotate_policy(path: str | Path, evaluation: Mapping[str, Any]) -> str:
+    """Record end-to-end results in a policy file (key ``evaluation``); returns the new checksum.
+
+    The weights and the training record are untouched; the checksum covers the new key, so a
+    hand edit of the numbers is refused at load like any other."""
+    p = Path(path)
+    load_policy(p)  # a valid file first
+    doc = json.loads(p.read_text())
+    doc["evaluation"] = json.loads(json.dumps(dict(evaluation), default=_jsonable))
+    doc["checksum"] = _checksum(doc)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    tmp.replace(p)
+    return str(doc["checksum"])

@@ -351,3 +351,18 @@ def test_train_split_must_be_disjoint(corpus_dir: Path) -> None:
     ids = replay.ids()
     with pytest.raises(ValueError, match="disjoint"):
         train(Hyperparameters(), replay, None, progress=False, split=(ids[:3], ids[2:]), log=lambda m: None)
+
+
+def test_annotate_policy_records_end_to_end_numbers_under_the_checksum(tmp_path: Path) -> None:
+    from ccswitch.models.policy import PolicyError, annotate_policy
+
+    path, _doc = _valid_doc(tmp_path)
+    before = load_policy(path).checksum
+    after = annotate_policy(path, {"test": {"met_share": 0.5, "scenarios": 30}})
+    p = load_policy(path)
+    assert p.evaluation == {"test": {"met_share": 0.5, "scenarios": 30}} and p.checksum == after != before
+    doc = json.loads(path.read_text())
+    doc["evaluation"]["test"]["met_share"] = 0.9  # a hand edit of the numbers
+    path.write_text(json.dumps(doc))
+    with pytest.raises(PolicyError, match="checksum mismatch"):
+        load_policy(path)

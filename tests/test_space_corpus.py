@@ -1,0 +1,67 @@
+"""The committed space corpus (datasets/space/): replayable, from the train split only, with its card.
+
+Fast (reads files, no kernel).  The corpus is built by `ccswitch dataset from-matrix` from
+matrix runs of the train split (datasets/specs/space.card.md says how); the kernel test of
+that conversion is in tests/test_matrix.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ccswitch.datasets.card import card_stats, render_card
+from ccswitch.datasets.trace import find_captures
+from ccswitch.envs.replay import ReplayCorpus
+from ccswitch.testbed.scenario.generate import param_hash, split_of
+from ccswitch.testbed.scenario.space import load_space
+
+REPO = Path(__file__).resolve().parent.parent
+SPACE_CORPUS = REPO / "datasets" / "space"
+SPACE = REPO / "testbed" / "scenarios" / "space.toml"
+MIN_CONDITIONS = 150
+"""Issue 11: a corpus of at least 150 conditions from the train split."""
+
+pytestmark = pytest.mark.skipif(not (SPACE_CORPUS / "corpus.json").is_file(), reason="datasets/space not built")
+
+
+@pytest.fixture(scope="module")
+def captures() -> list:
+    return find_captures(SPACE_CORPUS)
+
+
+def test_every_capture_comes_from_the_train_split(captures: list) -> None:
+    shares = load_space(SPACE).splits
+    held = {p.stem for split in ("dev", "test") for p in (REPO / "testbed/scenarios/matrix" / split).glob("*.toml")}
+    scenarios = set()
+    for c in captures:
+        params = c.manifest["space_params"]
+        digest = param_hash(params)
+        scenario = c.condition.split("~")[0]
+        assert scenario.endswith(digest[:8]), f"{c.path}: name does not match its parameters"
+        assert split_of(digest, shares) == "train", f"{c.path}: scenario of the {split_of(digest, shares)} split"
+        assert scenario not in held
+        scenarios.add(scenario)
+    assert len(scenarios) >= 50
+
+
+def test_replayable_with_every_cca_per_condition(captures: list) -> None:
+    replay = ReplayCorpus.load(SPACE_CORPUS, log=lambda m: None)
+    assert len(replay.conditions) >= MIN_CONDITIONS
+    for cond in replay.conditions.values():
+        assert {t.start for t in cond.traces if t.static} == {0, 1, 2}
+    train, held = replay.split(0.25)
+    assert not {c.split("~")[0] for c in train} & {c.split("~")[0] for c in held}  # by scenario
+    # managed and unmanaged competitors are both in it (the self-play reading and the hosts we do not control)
+    kinds = {(f["managed"]) for c in captures for f in c.flows if f["role"] == "competitor"}
+    assert kinds == {True, False}
+
+
+def test_card_matches_the_data() -> None:
+    tpl = REPO / "datasets" / "specs" / "space.card.md"
+    want = render_card(tpl.read_text(), card_stats(SPACE_CORPUS))
+    assert (SPACE_CORPUS / "README.md").read_text() == want, "regenerate: ccswitch dataset card datasets/space"
+    index = json.loads((SPACE_CORPUS / "corpus.json").read_text())
+    assert index["backend"] == "matrix" and index["ccas"] == ["cubic", "bbr", "pcc"]
