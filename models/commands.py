@@ -69,14 +69,17 @@ def train_cmd(data: str | None, out: str | None, episodes: int | None, seed: int
               help="With --split: results of the other arms (default: results/matrix-SPLIT).")
 @click.option("--seeds", type=click.IntRange(1, 20), default=1, show_default=True, help="With --split.")
 @click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True, help="With --split.")
+@click.option("--guard", "guard", multiple=True, metavar="KEY=VALUE",
+              help="With --split: a guard setting of the candidate's daemon, e.g. eval_window_s=0 "
+                   "(repeatable; default: the daemon's settings, docs/daemon.md).")
 @click.option("--out", type=click.Path(file_okay=False), help="Folder for evaluation.{md,json}, episodes.csv, "
                                                               "evaluation.png (default: results/eval-TIMESTAMP); "
                                                               "with --split the runs and comparison.md.")
 @click.option("--no-plot", is_flag=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 def evaluate_cmd(policy: str | None, data: str | None, split: str, matrix_split: str | None,
-                 baseline: str | None, seeds: int, jobs: int, out: str | None, no_plot: bool,
-                 as_json: bool) -> None:
+                 baseline: str | None, seeds: int, jobs: int, guard: tuple[str, ...], out: str | None,
+                 no_plot: bool, as_json: bool) -> None:
     """Evaluate POLICY (default: the shipped models/policy.json) offline on held-out traces, or
     end to end on the dev or test split of the scenario space (--split).
 
@@ -88,7 +91,7 @@ def evaluate_cmd(policy: str | None, data: str | None, split: str, matrix_split:
     from dataclasses import asdict
 
     if matrix_split:
-        _evaluate_matrix(policy, matrix_split, baseline, seeds, jobs, out)
+        _evaluate_matrix(policy, matrix_split, baseline, seeds, jobs, guard, out)
         return
 
     from ccswitch.envs.cc_env import CongestionControlEnv
@@ -135,7 +138,7 @@ def evaluate_cmd(policy: str | None, data: str | None, split: str, matrix_split:
 
 
 def _evaluate_matrix(policy: str | None, split: str, baseline: str | None, seeds: int, jobs: int,
-                     out: str | None) -> None:
+                     guard: tuple[str, ...], out: str | None) -> None:
     from ccswitch.testbed.runs.matrix import MatrixError
 
     from .evaluate_matrix import evaluate_on_split
@@ -148,7 +151,8 @@ def _evaluate_matrix(policy: str | None, split: str, baseline: str | None, seeds
     out_dir = Path(out) if out else Path("results") / f"eval-{Path(str(pol.path)).stem}-{split}"
     try:
         doc, failed = evaluate_on_split(Path(str(pol.path)), split, out_dir,
-                                        baseline=Path(baseline) if baseline else None, seeds=seeds, jobs=jobs)
+                                        baseline=Path(baseline) if baseline else None, seeds=seeds, jobs=jobs,
+                                        guard=guard)
     except (MatrixError, ValueError) as e:
         fail(e)
     click.echo(doc, nl=False)

@@ -68,11 +68,15 @@ def compare(candidate: Sequence[RunResult], baseline: Sequence[RunResult], title
 
 
 def evaluate_on_split(policy: Path, split: str, out: Path, *, baseline: Path | None = None, seeds: int = 1,
-                      jobs: int = 1, timeout_s: float = 240.0, progress: bool = True) -> tuple[str, int]:
-    """Run the candidate's matrix arm; returns (comparison Markdown, failed runs)."""
+                      jobs: int = 1, timeout_s: float = 240.0, progress: bool = True,
+                      guard: Sequence[str] = ()) -> tuple[str, int]:
+    """Run the candidate's matrix arm; returns (comparison Markdown, failed runs).
+
+    *guard*: KEY=VALUE guard settings of the candidate's daemon (as ``matrix run --guard``).
+    """
     folder = SPLIT_DIRS[split]
     outcomes = run_matrix(folder, ["dqn"], seeds, out, jobs=jobs, timeout_s=timeout_s, policy_file=policy,
-                          progress=progress)
+                          progress=progress, guard=guard)
     failed = sum(not o.ok for o in outcomes)
     base_dir = baseline or REPO / "results" / f"matrix-{split}"
     base = load_results(base_dir) if base_dir.is_dir() else []
