@@ -46,6 +46,10 @@ VARIANTS: dict[str, list[str]] = {
     "minshare+all": ["reward.fairness=minshare", "double_dqn=true", "dueling=true", "n_step=3"],
     "minshare+all+cql": ["reward.fairness=minshare", "double_dqn=true", "dueling=true", "n_step=3",
                          "cql_alpha=0.5"],
+    "minshare+all+cql+switch1": ["reward.fairness=minshare", "double_dqn=true", "dueling=true", "n_step=3",
+                                 "cql_alpha=0.5", "reward.w_switch=1.0"],
+    "minshare+all+cql+fair4": ["reward.fairness=minshare", "double_dqn=true", "dueling=true", "n_step=3",
+                               "cql_alpha=0.5", "reward.w_fairness=4.0"],
 }
 """Name -> ``--set`` overrides of models/dqn.py Hyperparameters."""
 OBJECTIVE = {"fairness": "minshare"}
