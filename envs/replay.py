@@ -178,6 +178,7 @@ class ReplayCorpus:
             by_cond.setdefault(c.condition, []).append(c)
         conditions = []
         interval = None
+        notes: list[str] = []  # skipped traces and conditions: summarised below, not one line each
         for cid, caps in sorted(by_cond.items()):
             iv = {c.interval_s for c in caps}
             if len(iv) != 1:
@@ -188,9 +189,10 @@ class ReplayCorpus:
                 raise TraceError(f"{caps[0].path / 'manifest.json'}: key 'interval_s' is {caps[0].interval_s}, "
                                  f"other captures of {root} use {interval}")
             warmup_bins = round(warmup_s / caps[0].interval_s)
-            cond = _load_condition(cid, caps, actions, warmup_bins, window, log)
+            cond = _load_condition(cid, caps, actions, warmup_bins, window, notes.append)
             if cond is not None:
                 conditions.append(cond)
+        _report_skips(root, notes, log)
         if log and skipped:
             log(f"{root}: {skipped} capture(s) without condition/arm/agent flow skipped (not replayable)")
         corpus = cls(conditions, actions, str(root), window,
@@ -245,6 +247,20 @@ def _load_condition(cid: str, caps: list[Capture], actions: Sequence[str], warmu
         return None
     m = caps[0].manifest
     return Condition(cid, traces, length, first, link=m.get("link") or {}, competitors=m.get("competitors") or [])
+
+
+MAX_SKIP_LINES = 3
+"""Skipped traces/conditions printed one per line; beyond this, one summary line."""
+
+
+def _report_skips(root: Path, notes: list[str], log: Callable[[str], None] | None) -> None:
+    if len(notes) <= MAX_SKIP_LINES:
+        for n in notes:
+            _warn(log, n)
+        return
+    traces = sum(n.endswith("trace skipped") for n in notes)
+    _warn(log, f"{root}: {traces} trace(s) and {len(notes) - traces} condition(s) skipped as not replayable "
+               f"(first: {notes[0]}); the rest load normally")
 
 
 def _warn(log: Callable[[str], None] | None, msg: str) -> None:

@@ -21,10 +21,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from ccswitch.testbed.reports.coordination import summarise_arm
 from ccswitch.testbed.reports.matrix import RunResult, arm_table, load_results
 from ccswitch.testbed.runs.matrix import run_matrix
 
-__all__ = ["CANDIDATE", "SPLIT_DIRS", "compare", "evaluate_on_split"]
+__all__ = ["CANDIDATE", "SPLIT_DIRS", "compare", "coordination_lines", "evaluate_on_split"]
 
 REPO = Path(__file__).resolve().parent.parent
 SPLIT_DIRS = {s: REPO / "testbed" / "scenarios" / "matrix" / s for s in ("dev", "test")}
@@ -67,6 +68,31 @@ def compare(candidate: Sequence[RunResult], baseline: Sequence[RunResult], title
     return "\n".join(lines) + "\n"
 
 
+DAEMON_ARMS = ("dqn", "heuristic", "daemon-static-cubic", "daemon-static-bbr", "daemon-static-pcc")
+
+
+def coordination_lines(candidate: Path, baseline: Path | None, scenarios: set[str]) -> list[str]:
+    """Markdown: do the daemons on different clients agree (testbed/reports/coordination.py)?
+
+    One row per daemon arm (the candidate's ``dqn`` runs, then the baseline's daemon arms),
+    over the runs with two or more managed bulk flows in *scenarios*.
+    """
+    sources = [(CANDIDATE, candidate, "dqn")] + [(a, baseline, a) for a in DAEMON_ARMS if baseline is not None]
+    rows = []
+    for name, folder, arm in sources:
+        s = summarise_arm(folder, arm, scenarios)
+        if s["runs"]:
+            rows.append(f"| {name} | {s['runs']} | {s['agreement']:.2f} | {s['all_agree_runs']:.0%} | "
+                        f"{s['switches_per_flow']:.1f} | {s['returns_per_run']:.1f} |")
+    if not rows:
+        return []
+    return ["## Coordination between the daemons", "",
+            "Last half of runs with two or more managed bulk flows: agreement = share of seconds in which "
+            "every managed bulk flow ran the same CCA; returns = A -> B -> A changes per run.", "",
+            "| Arm | Runs | Agreement | Runs always agreeing | Switches/flow | Returns/run |",
+            "|---|---:|---:|---:|---:|---:|", *rows, ""]
+
+
 def evaluate_on_split(policy: Path, split: str, out: Path, *, baseline: Path | None = None, seeds: int = 1,
                       jobs: int = 1, timeout_s: float = 240.0, progress: bool = True,
                       guard: Sequence[str] = ()) -> tuple[str, int]:
@@ -80,7 +106,9 @@ def evaluate_on_split(policy: Path, split: str, out: Path, *, baseline: Path | N
     failed = sum(not o.ok for o in outcomes)
     base_dir = baseline or REPO / "results" / f"matrix-{split}"
     base = load_results(base_dir) if base_dir.is_dir() else []
-    doc = compare(load_results(out), base, f"{policy.name} on the {split} split"
+    cand = load_results(out)
+    doc = compare(cand, base, f"{policy.name} on the {split} split"
                   + (f" beside {base_dir}" if base else " (no baseline results found)"))
+    doc += "\n" + "\n".join(coordination_lines(out, base_dir if base else None, {r.scenario for r in cand}))
     (out / "comparison.md").write_text(doc)
     return doc, failed

@@ -156,3 +156,39 @@ def test_local_matrix_runs_resumes_and_reports_failures(tmp_path: Path, require)
     assert not {n for n in after - before if n.startswith("ccs-")}
     doc = report(res)
     assert "## Targets met, per arm" in doc.read_text()
+
+
+def test_coordination_counts_agreement_switches_and_returns(tmp_path: Path) -> None:
+    """testbed/reports/coordination.py on a run folder whose answer is known: two managed
+    bulk flows and one unmanaged, 20 s; in the last half (10-19 s) C1 goes cubic -> bbr (12 s)
+    -> cubic (16 s), C2 stays on cubic: they agree in 6 of the 10 seconds (10, 11, 16-19),
+    2 switches over 2 managed flows, 1 return.  The unmanaged flow and the first half do not
+    count; a run without a daemon has no coordination numbers."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ccswitch.testbed.reports.coordination import coordination, summarise_arm
+
+    def run(folder: Path, clients: list[int]) -> Path:
+        folder.mkdir(parents=True)
+        meta = {"t0_epoch": 1000.0, "duration_s": 20, "daemon": {"clients": clients},
+                "flows": [{"name": n, "kind": "bulk"} for n in ("C1", "C2", "U")]}
+        (folder / "summary.json").write_text(json.dumps({"meta": meta}))
+        pq.write_table(pa.table({"flow_id": [1, 2, 3], "client": [1, 2, 3], "flow": ["C1", "C2", "U"]}),
+                       folder / "flows.parquet")
+        rows = []
+        for t in range(20):
+            c1 = "bbr" if 12 <= t < 16 else ("pcc" if t < 5 else "cubic")  # a first-half switch: not counted
+            rows += [(1000.0 + t, 1, c1), (1000.0 + t, 2, "cubic"), (1000.0 + t, 3, "bbr" if t % 2 else "reno")]
+        ts, fid, cca = zip(*rows, strict=True)
+        pq.write_table(pa.table({"ts_s": list(ts), "flow_id": list(fid), "cca": list(cca)}),
+                       folder / "samples.parquet")
+        return folder
+
+    c = coordination(run(tmp_path / "s1" / "dqn" / "seed-1", [1, 2]))
+    assert c is not None and c.managed_flows == 2
+    assert c.agreement == pytest.approx(0.6) and c.switches_per_flow == 1.0 and c.returns == 1
+    assert coordination(run(tmp_path / "s1" / "static" / "seed-1", [])) is None
+    s = summarise_arm(tmp_path, "dqn")
+    assert s["runs"] == 1 and s["all_agree_runs"] == 0.0 and s["returns_per_run"] == 1.0
+    assert summarise_arm(tmp_path, "dqn", {"other"}) == {"runs": 0}
