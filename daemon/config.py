@@ -149,9 +149,10 @@ KEYS: tuple[Key, ...] = (
     Key("guard", "consecutive", 3, "Hysteresis: ... on this many consecutive decisions.", _ge(1)),
     Key("guard", "max_switches_per_min", 4, "Cap on switches of one socket in any 60 s (reverts included).",
         _ge(1)),
-    Key("guard", "eval_window_s", 3.0,
+    Key("guard", "eval_window_s", 0.0,
         "Post-switch evaluation: the flow's mean reward over this window after a switch is compared with the "
-        "same window before it, s (0 = no evaluation).", _ge(0.0)),
+        "same window before it, s (0 = no evaluation: the default, measured better end to end with daemons "
+        "on several clients; 3 = paper 002's step 8).", _ge(0.0)),
     Key("guard", "revert_threshold", 0.1,
         "Revert when the reward after the switch is worse by more than this (reward units: 0.1 ~ a 22 % "
         "throughput loss).", _ge(0.0)),
@@ -160,6 +161,10 @@ KEYS: tuple[Key, ...] = (
     Key("guard", "return_holdoff_s", 0.0,
         "Flap damping: after a confirmed policy switch, going back to the CCA it left is blocked this long, s "
         "(0 = off).", _ge(0.0)),
+    Key("guard", "jitter_s", 3.0,
+        "Desynchronisation: each flow waits a random 0..jitter_s s (drawn at first sight and at each switch) "
+        "on top of min_dwell_s before a policy switch, so daemons on different clients do not move together, "
+        "s (0 = off).", _ge(0.0)),
     # -- flows
     Key("flows", "min_age_s", 2.0, "Flows younger than this are left alone, s.", _ge(0.0)),
     Key("flows", "cgroups", [],

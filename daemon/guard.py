@@ -16,6 +16,7 @@ or revert, with a reason.  Per flow, in this order:
               decisions in a row (hysteresis): until then keep.
 6. evaluating A switch is under post-switch evaluation: keep.
 7. dwell      Less than min_dwell_s since the flow's last switch: keep.
+   desync     Before the flow's random "not before" time: keep (see below).
 8. cap        max_switches_per_min switches of this flow in the last 60 s: keep.
 9. damping    best is the CCA a confirmed policy switch left less than
               return_holdoff_s ago: keep (flap damping; see below).
@@ -29,6 +30,17 @@ flows flip between CUBIC and PCC every 6-15 s.  Once a switch is confirmed by
 the post-switch evaluation, going back to the CCA it left is blocked for
 return_holdoff_s (only going back: a third CCA is still allowed, and a revert
 is the evaluation's business, not blocked).
+
+Desynchronisation: daemons on different clients see the same bottleneck and
+run the same policy, so they tend to decide the same thing at the same moment
+(both flows leave BBR together and the unfairness flips sides: issue 11's
+failure pattern (a)).  With jitter_s > 0 each flow draws a random delay,
+uniform in [0, jitter_s], when it is first seen and at each switch; a policy
+or exploration switch waits until min_dwell_s plus that delay have passed.
+The draw comes from each daemon's own random source, so one of two daemons
+usually moves first and the other's policy sees the result before its own
+move is due.  Reverts are not delayed.  docs/learning.md ("Coordination")
+has the measurement that set the default.
 
 Post-switch evaluation (paper 002, Algorithm 1, step 8): every tick the
 controller feeds each flow's reward (envs/reward.py) to :meth:`Guard.observe`.
@@ -52,6 +64,7 @@ tests run on a fake clock.
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -67,10 +80,11 @@ class GuardConfig:
     margin: float = 0.05
     consecutive: int = 3
     max_switches_per_min: int = 4
-    eval_window_s: float = 3.0
+    eval_window_s: float = 0.0
     revert_threshold: float = 0.1
     holdoff_s: float = 60.0
     return_holdoff_s: float = 0.0
+    jitter_s: float = 3.0
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> GuardConfig:
@@ -116,12 +130,15 @@ class FlowGuard:
     rewards: deque[tuple[float, float]] = field(default_factory=deque)  # (time, reward)
     changed_by_us: bool = False
     left: tuple[str, float] | None = None  # (CCA a confirmed policy switch left, until when going back is damped)
+    not_before: float = -math.inf  # desync: no policy/exploration switch before this time
 
 
 class Guard:
-    def __init__(self, cfg: GuardConfig | None = None, clock: Callable[[], float] = time.time):
+    def __init__(self, cfg: GuardConfig | None = None, clock: Callable[[], float] = time.time,
+                 rng: random.Random | None = None):
         self.cfg = cfg or GuardConfig()
         self.clock = clock
+        self.rng = rng or random.Random()  # desync draws: each daemon its own (seeded from the OS)
         self.flows: dict[int, FlowGuard] = {}
         self._touched: set[int] = set()  # flows handled since the last busy(): the only ones that can be busy
 
@@ -129,9 +146,13 @@ class Guard:
     def track(self, flow: int, cca: str) -> FlowGuard:
         fg = self.flows.get(flow)
         if fg is None:
-            fg = self.flows[flow] = FlowGuard(first_seen=self.clock(), original=cca)
+            now = self.clock()
+            fg = self.flows[flow] = FlowGuard(first_seen=now, original=cca, not_before=now + self._delay())
         self._touched.add(flow)
         return fg
+
+    def _delay(self) -> float:
+        return self.rng.uniform(0.0, self.cfg.jitter_s) if self.cfg.jitter_s > 0 else 0.0
 
     def forget(self, alive: Iterable[int]) -> list[int]:
         """Drop flows that are gone; returns their ids."""
@@ -263,6 +284,8 @@ class Guard:
         since = now - fg.last_switch
         if since < c.min_dwell_s:
             return Verdict("keep", current, f"{what}; dwell: {c.min_dwell_s - since:.1f} s left", best)
+        if now < fg.not_before:
+            return Verdict("keep", current, f"{what}; desync: {fg.not_before - now:.1f} s left", best)
         while fg.switches and fg.switches[0] <= now - CAP_WINDOW_S:
             fg.switches.popleft()
         if len(fg.switches) >= c.max_switches_per_min:
@@ -316,6 +339,7 @@ class Guard:
         now = self.clock()
         fg = self.track(flow, prev)
         fg.last_switch = now
+        fg.not_before = now + self.cfg.min_dwell_s + self._delay()
         fg.switches.append(now)
         fg.streak, fg.streak_to = 0, ""
         fg.changed_by_us = True
@@ -335,6 +359,7 @@ class Guard:
                 "last_switch": fg.last_switch if math.isfinite(fg.last_switch) else None,
                 "switches": list(fg.switches), "pin": fg.pin, "holdoff": fg.holdoff,
                 "changed_by_us": fg.changed_by_us, "left": list(fg.left) if fg.left else None,
+                "not_before": fg.not_before if math.isfinite(fg.not_before) else None,
                 "evaluation": asdict(fg.evaluation) if fg.evaluation else None,
             }
         return out
@@ -355,7 +380,8 @@ class Guard:
                 switches=deque(float(x) for x in d.get("switches", [])), pin=d.get("pin"),
                 holdoff={str(k): float(v) for k, v in d.get("holdoff", {}).items()},
                 changed_by_us=bool(d.get("changed_by_us")), evaluation=ev,
-                left=(str(d["left"][0]), float(d["left"][1])) if d.get("left") else None)
+                left=(str(d["left"][0]), float(d["left"][1])) if d.get("left") else None,
+                not_before=float(d["not_before"]) if d.get("not_before") is not None else -math.inf)
             self._touched.add(fid)
             n += 1
         return n

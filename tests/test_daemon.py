@@ -281,6 +281,7 @@ min_dwell_s = 1.0
 eval_window_s = 1.0
 revert_threshold = 1000.0
 max_switches_per_min = 10
+jitter_s = 0.0
 [flows]
 min_age_s = 0.5
 """

@@ -41,7 +41,7 @@ class Clock:
 def guard(**kw: float) -> tuple[Guard, Clock]:
     c = Clock()
     base = {"min_dwell_s": 5.0, "margin": 0.1, "consecutive": 3, "max_switches_per_min": 2, "eval_window_s": 3.0,
-            "revert_threshold": 0.1, "holdoff_s": 30.0}
+            "revert_threshold": 0.1, "holdoff_s": 30.0, "jitter_s": 0.0}
     return Guard(GuardConfig(**{**base, **kw}), clock=c), c
 
 
@@ -109,6 +109,40 @@ def test_post_switch_evaluation_reverts_and_holds_the_choice_off() -> None:
     assert "cap" in g.decide(1, "cubic", {"cubic": 0.0, "bbr": 5.0}).reason
     c.t += 30
     assert g.decide(1, "cubic", {"cubic": 0.0, "bbr": 5.0}).action == "switch"
+
+
+def test_desync_delays_policy_switches_by_a_per_flow_random_draw() -> None:
+    import random
+
+    c = Clock()
+    g = Guard(GuardConfig(min_dwell_s=5.0, margin=0.1, consecutive=1, eval_window_s=0.0, jitter_s=4.0),
+              clock=c, rng=random.Random(7))
+    delays = []
+    for flow in range(40):
+        g.track(flow, "cubic")
+        delays.append(g.flows[flow].not_before - c.t)
+    assert all(0.0 <= d <= 4.0 for d in delays) and max(delays) - min(delays) > 2.0  # spread, within bounds
+    flow = max(range(40), key=lambda f: delays[f])
+    v = g.decide(flow, "cubic", WANT_BBR)
+    assert v.action == "keep" and "desync" in v.reason
+    c.t += delays[flow] + 0.01
+    v = g.decide(flow, "cubic", WANT_BBR)
+    assert v.action == "switch"
+    g.applied(flow, "cubic", "bbr", "policy")
+    wait = g.flows[flow].not_before - c.t
+    assert 5.0 <= wait <= 9.0  # dwell plus a fresh draw
+    c.t += 5.01
+    v = g.decide(flow, "bbr", {"cubic": 2.0, "bbr": 1.0})
+    assert v.action == ("keep" if wait > 5.01 else "switch")
+    restored = Guard(g.cfg, clock=c)
+    restored.from_state(g.to_state())
+    assert restored.flows[flow].not_before == g.flows[flow].not_before
+
+
+def test_desync_off_changes_nothing() -> None:
+    g, _ = guard(consecutive=1, jitter_s=0.0)
+    g.track(1, "cubic")
+    assert g.decide(1, "cubic", WANT_BBR).action == "switch"
 
 
 def test_flap_damping_blocks_only_going_back_after_a_confirmed_switch() -> None:
@@ -371,7 +405,7 @@ def _controller(plane: FakePlane, policy: dict, guard_cfg: dict, tmp: Path | Non
 
 
 EXPLORE_GUARD = {"min_dwell_s": 5.0, "eval_window_s": 3.0, "consecutive": 3, "margin": 0.05,
-                 "max_switches_per_min": 4, "revert_threshold": 0.1, "holdoff_s": 30.0}
+                 "max_switches_per_min": 4, "revert_threshold": 0.1, "holdoff_s": 30.0, "jitter_s": 0.0}
 
 
 def _run(ctl, clock: Clock, seconds: int) -> list[str]:

@@ -29,11 +29,13 @@ def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sample() -> ReplayCorpus:
-    """The shipped sample corpus (datasets/sample), loaded once."""
-    from ccswitch.envs.replay import DEFAULT_CORPUS
+def shipped_corpus() -> ReplayCorpus:
+    """The corpus the shipped policy was trained on (its ``training.corpus``), loaded once."""
+    import warnings
 
-    return ReplayCorpus.load(DEFAULT_CORPUS)
+    with warnings.catch_warnings():  # early-stopper flows are skipped by design (datasets/space/README.md)
+        warnings.simplefilter("ignore")
+        return ReplayCorpus.load(DEFAULT_POLICY.parent.parent / load_policy().training["corpus"])
 
 
 @pytest.fixture(scope="module")
@@ -208,21 +210,21 @@ def test_daemon_path_never_imports_tensorflow(trained: object, corpus_dir: Path)
     assert cp.stdout.strip().startswith("[")
 
 
-def test_shipped_policy_loads_and_documents_itself(sample: ReplayCorpus) -> None:
+def test_shipped_policy_loads_and_documents_itself(shipped_corpus: ReplayCorpus) -> None:
     """models/policy.json loads (format, version, checksum verified by load_policy), was trained on the
-    sample corpus as it is now (fingerprint over every capture's sha256) with its held-out split, and
+    space corpus as it is now (fingerprint over every capture's sha256) with its held-out split, and
     MODEL_CARD.md describes this very file (it quotes the checksum)."""
     p = load_policy()
     assert p.path == DEFAULT_POLICY and p.checksum.startswith("sha256:")
     assert p.actions == ("cubic", "bbr", "pcc") and p.feature_names == tuple(feature_names())
     tr = p.training
     assert tr["hyperparameters"]["episodes"] >= 1000 and tr["heldout_eval"]
-    assert tr["corpus"] == "datasets/sample"
-    replay = sample
+    assert tr["corpus"] == "datasets/space"
+    replay = shipped_corpus
     assert tr["corpus_fingerprint"] == replay.fingerprint
     assert (tr["train_conditions"], tr["test_conditions"]) == replay.split(tr["hyperparameters"]["test_fraction"])
-    assert len(tr["train_conditions"]) == 29 and len(tr["test_conditions"]) == 10
-    assert tr["corpus_captures"] == 351
+    assert len(tr["train_conditions"]) == 130 and len(tr["test_conditions"]) == 55
+    assert tr["corpus_captures"] == 585
     card = (DEFAULT_POLICY.parent / "MODEL_CARD.md").read_text()
     assert p.checksum in card, "MODEL_CARD.md must quote the shipped policy's checksum"
     # the normalisation the daemon applies is the one fitted on the training conditions
@@ -230,13 +232,16 @@ def test_shipped_policy_loads_and_documents_itself(sample: ReplayCorpus) -> None
     assert np.allclose(p.normalisation.mean, fitted.mean) and np.allclose(p.normalisation.std, fitted.std)
 
 
-def test_shipped_policy_numpy_forward_pass_matches_tensorflow(sample: ReplayCorpus) -> None:
+def test_shipped_policy_numpy_forward_pass_matches_tensorflow(shipped_corpus: ReplayCorpus) -> None:
     """The shipped weights in a Keras model of the training code's architecture give the numpy
-    forward pass's Q-values within 1e-5 x max(1, |Q|), on every observation the held-out conditions
-    produce (random actions) and on arbitrary points of the observation box.  Relative, because both sides compute in
-    float32 (24-bit mantissa: one ulp is 3.8e-6 at Q = 40, 6e-5 at Q = 1000, and the trained Q-values
-    are 10-40 on real observations, up to ~1000 at the box's corners), and TensorFlow's oneDNN kernels
-    sum in another order than numpy; an absolute 1e-5 would ask for float64."""
+    forward pass's Q-values within 1e-5 x max(1, max |Q| of the observation's row), on every
+    observation the held-out conditions produce (random actions) and on arbitrary points of the
+    observation box.  Relative, because both sides compute in float32 (24-bit mantissa: one ulp is
+    3.8e-6 at Q = 40, 6e-5 at Q = 1000; the shipped Q-values are tens to hundreds on real
+    observations, up to ~900 at the box's corners), and TensorFlow's oneDNN kernels sum in another order than numpy;
+    an absolute 1e-5 would ask for float64.  Relative to the row's scale, not to each Q: a Q near 0
+    is a sum of terms of the row's size (the dueling heads fold into the last layer as V + A -
+    mean A), so its rounding error is that of the row (seen: 2.3e-5 at Q = -0.07 in a row up to 13)."""
     from ccswitch.models.dqn import build_q_network
 
     p = load_policy()
@@ -244,7 +249,7 @@ def test_shipped_policy_numpy_forward_pass_matches_tensorflow(sample: ReplayCorp
                                              f"activation={p.activation}"])
     model = build_q_network(p.n_features, len(p.actions), hp)
     model.set_weights([w for kb in zip(p.kernels, p.biases, strict=True) for w in kb])
-    env = CongestionControlEnv(sample, normalisation=p.normalisation, start="first")
+    env = CongestionControlEnv(shipped_corpus, normalisation=p.normalisation, start="first")
     rng = np.random.default_rng(5)
     seen = []
     for cid in p.training["test_conditions"]:
@@ -260,50 +265,45 @@ def test_shipped_policy_numpy_forward_pass_matches_tensorflow(sample: ReplayCorp
     for obs in (x, box):
         want = model(obs, training=False).numpy()
         got = p.q_values(obs)
-        assert np.all(np.abs(got - want) <= 1e-5 * np.maximum(1.0, np.abs(want)))
+        scale = np.maximum(1.0, np.abs(want).max(axis=1, keepdims=True))
+        assert np.all(np.abs(got - want) <= 1e-5 * scale)
         assert (np.argmax(got, axis=1) == np.argmax(want, axis=1)).mean() > 0.99
     assert p.q_values(box[7]) == pytest.approx(want[7], rel=1e-5)  # one observation, unbatched
 
 
-def test_shipped_policy_on_held_out_conditions(sample: ReplayCorpus) -> None:
-    """Greedy on the 10 held-out conditions of the sample (never trained on), every starting CCA:
-    what MODEL_CARD.md says about the shipped policy, with its numbers (reward per episode, an
-    episode is ~18 one-second intervals).  Deterministic: numpy forward pass, fixed seeds, no timing.
+def test_shipped_policy_on_held_out_conditions(shipped_corpus: ReplayCorpus) -> None:
+    """Greedy on the 55 held-out conditions of datasets/space (never trained on; whole scenarios are
+    held out), every starting CCA, with the reward the policy was trained for (its file's
+    ``training.reward``: min-share fairness, weight 4): what MODEL_CARD.md says about the shipped
+    policy offline, with its numbers (reward per episode, ~23 one-second intervals).  Deterministic:
+    numpy forward pass, fixed seeds, no timing.
 
-    * Beats random by >= 1.0 (measured 26.64 vs 25.56: +1.08).  Over seeds 0-9 the random policy
-      scores 25.07 on average (sd 0.37, range 24.58-25.58); evaluate's seed 0 (25.56) is one of
-      its luckiest, and 1.0 is 2.7 of those sd, so a policy no better than chance fails.
-    * Beats the static CCA one would deploy without a DQN, i.e. the best static CCA on the 29
-      training conditions (CUBIC: 24.16 there vs BBR 22.44, PCC 18.70), by >= 1.0 (measured 26.64 vs
-      25.41: +1.23).
-    * Within 1.0 of the best static CCA picked in hindsight on these conditions (PCC, 27.18;
-      measured -0.54): level with it, not ahead (the card says so; seed 2 of the same training is
-      -1.48 and would fail).  1.0 is the same size as the margin over random: the policy is closer
-      to the hindsight-best static CCA than it is ahead of chance.
-    * Behind paper 002's evaluation function used as a policy (29.27), which peeks at each CCA's
-      recorded next interval; the DQN only sees the past.
-    * The score is the one recorded in the file at export (training's held-out evaluation).
-    Cross-validation of the same recipe over the training conditions (MODEL_CARD.md, 12 runs) agrees:
-    -0.5 +- 2.0 against the hindsight-best static CCA, +2.1 against the one chosen on the other folds."""
+    * Beats random by >= 10 (measured -106.84 vs -122.95: +16.1).  Over seeds 0-9 the random
+      policy scores -121.41 on average (sd 1.56, range -124.00 to -118.87); 10 is 6 of those sd
+      above the luckiest seed, so a policy no better than chance fails.
+    * Far ahead of static PCC, the worst static CCA (-158.47): by >= 30 (measured +51.6).
+    * Behind the best static CCAs here, and the card says so: CUBIC -101.77 (also the best static
+      CCA on the 130 training conditions, what one would deploy without a DQN) and BBR -100.55.
+      Asserted: within 8 of the best (measured -6.3): a policy that fell further behind would
+      contradict the card.  Offline the space corpus does not separate the DQN from static
+      choices (docs/ablations.md: 11 variants x 3 seeds); the policy was chosen end to end on
+      the dev split, where it is ahead of the static arm (MODEL_CARD.md).
+    * Ahead of paper 002's evaluation function used as a policy (-112.01), which peeks at each
+      CCA's recorded next interval but is blind to fairness, which this reward pays for.
+    * The score is the one recorded in the file at export (training's held-out evaluation)."""
     from ccswitch.envs.reward import RewardConfig
 
     p = load_policy()
     reward = RewardConfig.from_dict(p.training["reward"])
-    env = CongestionControlEnv(sample, conditions=p.training["test_conditions"], normalisation=p.normalisation,
-                               reward_config=reward, start="first")
+    env = CongestionControlEnv(shipped_corpus, conditions=p.training["test_conditions"],
+                               normalisation=p.normalisation, reward_config=reward, start="first")
     stats = {s.policy: s for s in summarise(evaluate(env, q_fn=p.q_values))}
     dqn, rnd = stats["dqn"].reward_mean, stats["random"].reward_mean
     static = {k.removeprefix("static:"): v.reward_mean for k, v in stats.items() if k.startswith("static:")}
-    train_env = CongestionControlEnv(sample, conditions=p.training["train_conditions"],
-                                     normalisation=p.normalisation, reward_config=reward, start="first")
-    on_train = {s.policy.removeprefix("static:"): s.reward_mean for s in summarise(evaluate(train_env))
-                if s.policy.startswith("static:")}
-    deployable = max(on_train, key=on_train.__getitem__)
-    assert deployable == "cubic", on_train
-    assert dqn >= rnd + 1.0, (dqn, rnd)
-    assert dqn >= static[deployable] + 1.0, (dqn, static)
-    assert dqn >= max(static.values()) - 1.0, (dqn, static)
-    assert dqn < stats["evalfn"].reward_mean, (dqn, stats["evalfn"])
+    assert dqn >= rnd + 10.0, (dqn, rnd)
+    assert dqn >= static["pcc"] + 30.0, (dqn, static)
+    assert max(static.values()) - 8.0 <= dqn < max(static.values()), (dqn, static)
+    assert dqn > stats["evalfn"].reward_mean, (dqn, stats["evalfn"])
     assert dqn == pytest.approx(p.training["heldout_eval"]["reward"], abs=1e-6)
 
 
