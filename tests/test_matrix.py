@@ -192,3 +192,39 @@ def test_coordination_counts_agreement_switches_and_returns(tmp_path: Path) -> N
     s = summarise_arm(tmp_path, "dqn")
     assert s["runs"] == 1 and s["all_agree_runs"] == 0.0 and s["returns_per_run"] == 1.0
     assert summarise_arm(tmp_path, "dqn", {"other"}) == {"runs": 0}
+
+
+def _pcc_still_there() -> bool:
+    import time
+
+    from ccswitch.host import available_ccas
+
+    deadline = time.monotonic() + 3.0  # a struct_ops link goes with its owner's fds
+    while "pcc" in available_ccas() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "pcc" in available_ccas()
+
+
+def _pcc_after(code: str) -> bool:
+    """Run *code* in a child Python (which registers or shares PCC and exits); is pcc available after?"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    return _pcc_still_there()
+
+
+@pytest.mark.kernel
+def test_parallel_matrix_holds_pcc_so_a_run_ending_cannot_take_it_away(require) -> None:
+    """PCC's registration belongs to the process that made it.  Without a holder, a run's daemon
+    that registered it takes it away when it exits (the race that failed one of 60 parallel runs);
+    with --jobs > 1 the matrix process holds its own for the whole matrix."""
+    from ccswitch.host import available_ccas
+    from ccswitch.testbed.runs.matrix import _pcc_held
+
+    require("pcc" not in available_ccas(), "pcc is registered by another process (a daemon or testbed run)")
+    child = "from ccswitch.bpf.pcc import ensure_pcc; h = ensure_pcc(); print(h.source)"
+    assert not _pcc_after(child)  # the race: the registrar ended, pcc is gone
+    with _pcc_held(2):
+        assert "pcc" in available_ccas()
+        assert _pcc_after(child)  # the child only shared it
+    assert not _pcc_still_there()  # released with the matrix
+    with _pcc_held(1):
+        assert "pcc" not in available_ccas()  # one job: nothing held, runs register their own

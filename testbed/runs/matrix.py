@@ -35,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -321,7 +321,8 @@ def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, 
             outcomes = run_on_ray(todo, results, policy, timeout_s, ray_address, runs_per_node,
                                   lambda o: _record(o, results, prog), guard=guard)
         else:
-            outcomes = _run_local(todo, results, policy, timeout_s, jobs, prog, guard)
+            with _pcc_held(jobs):
+                outcomes = _run_local(todo, results, policy, timeout_s, jobs, prog, guard)
     finally:
         signal.signal(signal.SIGTERM, old_term)
         prog.close()
@@ -331,6 +332,31 @@ def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, 
     for o in failed:
         print(f"matrix: FAILED {o.task.key}: {o.error} (log: {o.task.log_path(results)})", file=sys.stderr)
     return outcomes
+
+
+@contextlib.contextmanager
+def _pcc_held(jobs: int) -> Iterator[None]:
+    """With parallel runs, hold a PCC registration of this process for the whole matrix.
+
+    PCC's registration is kernel-wide and belongs to the process that made it: when the run
+    whose daemon registered it ends, `pcc` is gone until another daemon notices and registers
+    it again, and a run of the other job that starts a PCC flow in that moment fails
+    ("unable to set TCP_CONGESTION"; seen once in 60 runs of the test split).  Held here, the
+    runs' daemons share this registration and it outlives every run."""
+    handle = None
+    if jobs > 1:
+        try:
+            from ccswitch.bpf.pcc import ensure_pcc
+
+            handle = ensure_pcc()
+        except Exception as e:  # the runs register it themselves, as with --jobs 1
+            print(f"matrix: cannot hold PCC for the parallel runs ({e}); a run that starts a PCC flow "
+                  "while another run ends may fail (rerun resumes it)", file=sys.stderr)
+    try:
+        yield
+    finally:
+        if handle is not None:
+            handle.close()
 
 
 def _term_as_interrupt(signum: int, frame: Any) -> None:
