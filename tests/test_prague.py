@@ -36,6 +36,7 @@ pytestmark = pytest.mark.kernel
 RATE_MBIT = 50.0
 ECT0, CE = 2, 3
 ECN_NONE, ECN_RFC3168, ECN_ACCECN = 0, 1, 2
+SAMPLE_S = 0.25  # monitor sampling interval of the marked runs: 16 samples of a 4 s run's sawtooth
 
 
 @contextlib.contextmanager
@@ -98,9 +99,9 @@ def marked_run(bn, port: int, prob: float, rcv_cca: str | None, seconds: float =
     with CeMarker(bn.receiver, bn.receiver_dev, prob) as mk, \
             entered(bn.sender), DataPlane(pcc=False, prague=True) as dp, \
             bulk_flow(bn, port, cca, rcv_cca) as sport:
-        rows = rows_for(dp, sport, seconds)
+        rows = rows_for(dp, sport, seconds, interval=SAMPLE_S)
         stats = mk.stats()
-    return rows[2:], stats
+    return rows[round(1.0 / SAMPLE_S):], stats
 
 
 def struct_ops_map_ids() -> set[int]:
@@ -195,31 +196,49 @@ def test_ce_fraction_is_zero_without_marks_and_follows_the_marker(bottleneck) ->
     assert all(0.0 <= r["ce_fraction"] <= 1.0 for r in rows if r["delivered_segs"] > 0)
 
 
+def fed_back_fraction(rows: list[dict]) -> float:
+    """CE fraction the peer fed back (AccECN) over the rows: the input of alpha."""
+    return sum(r["ce_segs"] for r in rows) / max(1, sum(r["delivered_segs"] for r in rows))
+
+
 @pytest.mark.bottleneck(rate_mbit=RATE_MBIT)
 def test_prague_reduces_in_proportion_to_marks(bottleneck) -> None:
     """DCTCP law: with mark probability p, cwnd settles near 2/p.
 
     4x the marking gives ~1/4 the window (measured 4.3x for p = 5% -> 20%:
-    cwnd ~42 -> ~10 on an idle machine, 1.9x-2.2x in full-suite runs, where
-    the 20% run's window stayed at ~15); accepted 1.6x..7x, wide because a
-    4 s run has only a few hundred RTTs and cwnd is sampled every 0.5 s.  A
-    sender that ignored the marks' fraction would keep the same window at
-    both probabilities (ratio ~1, both set by the tbf queue).  The same 5% marks
-    with classic RFC 3168 feedback (receiver without AccECN: every mark
-    halves) must leave a much smaller window than AccECN's proportional
-    reaction (measured ~10 vs ~42 idle, 14 vs 26 in a loaded CI run; accepted:
-    AccECN > 1.5x classic, still well clear of the ~1x a sender that halved on
-    every mark in AccECN mode too would give).
+    cwnd ~42 -> ~10 on an idle machine, 2.2x-3.6x with six busy loops or the
+    whole file running, where the 20% run's window stays at ~13-15); accepted
+    1.6x..7x, wide because a 4 s run has only a few hundred RTTs of a
+    sawtooth, sampled every 0.25 s.  A sender that ignored the marks'
+    fraction would keep the same window at both probabilities (ratio ~1,
+    both set by the tbf queue), so it fails every attempt.  The pair is
+    measured at most twice: one CI run on a shared host saw 34.5 vs 27.2 once
+    (not reproduced here under six busy loops); a second pair tells a stall of
+    the host from a sender that does not react.  The same 5% marks with
+    classic RFC 3168 feedback (receiver without AccECN: every mark halves)
+    must leave a much smaller window than AccECN's proportional reaction
+    (measured ~10 vs ~42 idle, 14 vs 26 in a loaded CI run; accepted: AccECN
+    > 1.5x classic, well clear of the ~1x a sender that halved on every mark
+    in AccECN mode too would give).
     """
     bn = bottleneck
-    low, _ = marked_run(bn, 5431, 0.05, "prague")
-    high, _ = marked_run(bn, 5432, 0.20, "prague")
+    tried = []
+    for attempt in range(2):
+        low, _ = marked_run(bn, 5431 + 5 * attempt, 0.05, "prague")
+        high, _ = marked_run(bn, 5432 + 5 * attempt, 0.20, "prague")
+        assert {r["ecn_mode"] for r in low + high} == {ECN_ACCECN}
+        assert {r["cca"] for r in low + high} == {"prague"}
+        w_low, w_high = (statistics.mean(r["cwnd_segs"] for r in rows) for rows in (low, high))
+        tried.append({"w_low": w_low, "w_high": w_high,
+                      "fed_back": (fed_back_fraction(low), fed_back_fraction(high)),
+                      "cwnd_high": [r["cwnd_segs"] for r in high]})
+        if 1.6 <= w_low / w_high <= 7.0:
+            break
+    else:
+        raise AssertionError(f"window ratio at 5% vs 20% marks outside 1.6..7 twice: {tried}")
     classic, _ = marked_run(bn, 5433, 0.05, None)
-    assert {r["ecn_mode"] for r in low + high} == {ECN_ACCECN}
     assert {r["ecn_mode"] for r in classic} == {ECN_RFC3168}
-    w_low, w_high, w_classic = (statistics.mean(r["cwnd_segs"] for r in rows)
-                                for rows in (low, high, classic))
-    assert 1.6 <= w_low / w_high <= 7.0, (w_low, w_high)
+    w_classic = statistics.mean(r["cwnd_segs"] for r in classic)
     assert w_low > 1.5 * w_classic, (w_low, w_classic)
     # alpha follows the marks: the flows kept most of the link (reaction, not collapse)
     assert statistics.mean(r["goodput_bps"] for r in high) >= 0.7 * RATE_MBIT * 1e6
