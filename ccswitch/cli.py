@@ -11,58 +11,36 @@ import json
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from ccswitch.bpf.libbpf import BpfError
 from ccswitch.bpf.switcher import INHERIT_MODES, SwitchError
 from ccswitch.daemon.protocol import ENV_SOCKET, ProtocolError
 from ccswitch.host import HostError
 from ccswitch.sampler import check_interval
+from ccswitch.tables import Column, num, parse_columns, print_table, select
 
-console = Console()
 USER_ERRORS = (HostError, BpfError, SwitchError, ProtocolError, ValueError, OSError)
 
-FLOW_COLUMNS = (  # (header, field, format)
-    ("flow", "flow_id", "{}"), ("local", None, None), ("remote", None, None),
-    ("cca", "cca", "{}"), ("goodput Mb/s", "goodput_bps", "mbit"), ("rtt ms", "rtt_us", "ms"),
-    ("minrtt ms", "min_rtt_us", "ms"), ("jitter ms", "jitter_us", "ms"),
-    ("loss %", "loss_rate", "pct"), ("cwnd", "cwnd_segs", "{}"), ("sndq KB", "sndq_bytes", "kb"),
+def _scaled(field: str, div: float, nd: int = 2) -> Callable[[dict], str]:
+    return lambda r: num(None if r[field] is None else r[field] / div, nd)
+
+
+FLOW_COLUMNS = (  # the monitor's table; rank 0 always shown, higher ranks dropped first when narrow
+    Column("flow", lambda r: str(r["flow_id"])),
+    Column("local", lambda r: f"{r['src']}:{r['sport']}", rank=2, right=False),
+    Column("remote", lambda r: f"{r['dst']}:{r['dport']}", rank=1, right=False),
+    Column("cca", lambda r: r["cca"], right=False),
+    Column("goodput", _scaled("goodput_bps", 1e6), header="goodput Mb/s"),
+    Column("rtt", _scaled("rtt_us", 1e3), header="rtt ms"),
+    Column("minrtt", _scaled("min_rtt_us", 1e3), rank=3, header="minrtt ms"),
+    Column("jitter", _scaled("jitter_us", 1e3), rank=2, header="jitter ms"),
+    Column("loss", _scaled("loss_rate", 1e-2), rank=1, header="loss %"),
+    Column("cwnd", lambda r: str(r["cwnd_segs"]), rank=2),
+    Column("sndq", _scaled("sndq_bytes", 1e3, 0), rank=3, header="sndq KB"),
 )
-
-
-def _fmt(value: object, fmt: str) -> str:
-    if isinstance(value, float) and math.isnan(value):
-        return "-"
-    if fmt == "mbit":
-        return f"{value / 1e6:.2f}"
-    if fmt == "ms":
-        return f"{value / 1e3:.2f}"
-    if fmt == "pct":
-        return f"{value * 100:.2f}"
-    if fmt == "kb":
-        return f"{value / 1e3:.0f}"
-    return fmt.format(value)
-
-
-def flows_table(rows: list[dict], title: str = "") -> Table:
-    table = Table(title=title or None)
-    for header, _, _ in FLOW_COLUMNS:
-        table.add_column(header, justify="right" if header not in ("local", "remote", "cca") else "left")
-    for r in sorted(rows, key=lambda r: r["flow_id"]):
-        cells = []
-        for header, field, fmt in FLOW_COLUMNS:
-            if header == "local":
-                cells.append(f"{r['src']}:{r['sport']}")
-            elif header == "remote":
-                cells.append(f"{r['dst']}:{r['dport']}")
-            else:
-                cells.append(_fmt(r[field], fmt))
-        table.add_row(*cells)
-    return table
 
 
 def _json_safe(row: dict) -> dict:
@@ -109,14 +87,23 @@ def _via_daemon(ctx: click.Context, op: str, **args: object) -> tuple[bool, obje
 @click.option("--count", default=1, show_default=True, help="Tables to print (0 = until Ctrl-C).")
 @click.option("--all", "show_all", is_flag=True, help="Include idle flows (no bytes in the interval).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of FlowSample rows per interval.")
+@click.option("--wide", is_flag=True, help="Every column, whatever the terminal's width.")
+@click.option("-o", "--columns", "columns", metavar="A,B,...",
+              help="Exactly these columns, in this order (e.g. -o flow,cca,rtt,loss).")
 @click.pass_context
-def flows(ctx: click.Context, interval: float, count: int, show_all: bool, as_json: bool) -> None:
-    """Live per-flow table: CCA, goodput, RTT, jitter, loss, cwnd (from ccswitchd when it runs: + Q-values)."""
+def flows(ctx: click.Context, interval: float, count: int, show_all: bool, as_json: bool, wide: bool,
+          columns: str | None) -> None:
+    """Live per-flow table: CCA, goodput, RTT, jitter, loss, cwnd (from ccswitchd when it runs: + Q-values).
+
+    On a terminal the columns that fit its width are shown (the rest are
+    named under the table); piped, every column.
+    """
     from ccswitch.dataplane import DataPlane, install_signal_handlers
 
+    names = parse_columns(columns)
     running, rows = _via_daemon(ctx, "flows")
     if running:
-        from ccswitch.daemon.commands import daemon_flows_table
+        from ccswitch.daemon.commands import daemon_flow_columns
 
         n = 0
         while True:
@@ -126,7 +113,8 @@ def flows(ctx: click.Context, interval: float, count: int, show_all: bool, as_js
                 click.echo(json.dumps(shown))
             else:
                 acts = next((list(r["q"]) for r in shown if r.get("q")), [])
-                console.print(daemon_flows_table(shown, acts))
+                print_table(daemon_flow_columns(acts), sorted(shown, key=lambda r: r["flow_id"]),
+                            title=f"{len(shown)} flows (from ccswitchd)", wide=wide, names=names)
             n += 1
             if count and n >= count:
                 return
@@ -134,6 +122,7 @@ def flows(ctx: click.Context, interval: float, count: int, show_all: bool, as_js
             _, rows = _via_daemon(ctx, "flows")
 
     check_interval(interval)
+    select(FLOW_COLUMNS, names)  # a bad -o fails before the monitor loads
     install_signal_handlers()
     with _in_netns(ctx.obj["netns"]), DataPlane(pcc=False) as dp:
         dp.sample()
@@ -147,7 +136,8 @@ def flows(ctx: click.Context, interval: float, count: int, show_all: bool, as_js
             if as_json:
                 click.echo(json.dumps([_json_safe(r) for r in rows]))
             else:
-                console.print(flows_table(rows, f"{len(rows)} flows, {interval:g} s interval"))
+                print_table(FLOW_COLUMNS, sorted(rows, key=lambda r: r["flow_id"]),
+                            title=f"{len(rows)} flows, {interval:g} s interval", wide=wide, names=names)
 
 
 @cli.command()

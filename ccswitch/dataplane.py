@@ -50,10 +50,16 @@ def install_signal_handlers() -> None:
         signal.signal(sig, _exit_on_signal)
 
 
+LOADABLE = ("pcc", "prague")
+"""CCAs ccswitch registers itself (BPF struct_ops) when a switch asks for one the kernel lacks."""
+
+
 def validate_request(cca: str, inherit: str, available: Sequence[str]) -> None:
     if cca not in available:
+        extra = [c for c in LOADABLE if c not in available]
+        more = f"; ccswitch loads on request: {' '.join(extra)} (BPF)" if extra else ""
         raise SwitchError(
-            f"unknown congestion control '{cca}'; available here: {' '.join(available)}")
+            f"unknown congestion control '{cca}'; available here: {' '.join(available)}{more}")
     if inherit not in INHERIT_MODES:
         raise SwitchError(f"unknown inheritance mode '{inherit}'; use 'limited' or 'full'")
 

@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass, field
 
 from rich.console import Console
-from rich.table import Table
 
 from ccswitch.bpf.switcher import SwitchResult
 from ccswitch.dataplane import DataPlane, install_signal_handlers
 from ccswitch.metrics import jain_index
+from ccswitch.tables import Column, num, print_table
 from ccswitch.testbed.runs.iperf import start_flow, start_server
 from ccswitch.testbed.runs.netns import Bottleneck, entered
 
@@ -120,16 +120,21 @@ def _summary(traces: dict[str, FlowTrace], switches: list[tuple[float, SwitchRes
     }
 
 
+SUMMARY_COLUMNS = (
+    Column("flow", lambda r: r["flow"], right=False),
+    Column("phase", lambda r: r["phase"], right=False, header="phase (B's CCA)"),
+    Column("goodput", lambda r: num(r["goodput_bps"] / 1e6), header="goodput Mb/s"),
+    Column("rtt", lambda r: num(r["rtt_us"] / 1e3), header="rtt ms"),
+    Column("jitter", lambda r: num(r["jitter_us"] / 1e3), rank=1, header="jitter ms"),
+    Column("loss", lambda r: num(r["loss_rate"] * 100), rank=1, header="loss %"),
+    Column("cwnd", lambda r: num(r["cwnd_segs"], 0), rank=1),
+)
+
+
 def _print_summary(s: dict) -> None:
-    t = Table(title="Per-flow means from the ccswitch monitor, by phase of flow B")
-    for col in ("flow", "phase (B's CCA)", "goodput Mb/s", "rtt ms", "jitter ms", "loss %", "cwnd"):
-        t.add_column(col, justify="right")
-    for flow, phases in s["monitor"].items():
-        for phase, m in phases.items():
-            t.add_row(flow, phase, f"{m['goodput_bps'] / 1e6:.2f}", f"{m['rtt_us'] / 1e3:.2f}",
-                      f"{m['jitter_us'] / 1e3:.2f}", f"{m['loss_rate'] * 100:.2f}",
-                      f"{m['cwnd_segs']:.0f}")
-    console.print(t)
+    rows = [{"flow": flow, "phase": phase, **m} for flow, phases in s["monitor"].items()
+            for phase, m in phases.items()]
+    print_table(SUMMARY_COLUMNS, rows, title="Per-flow means from the ccswitch monitor, by phase of flow B")
     for sw in s["switches"]:
         console.print(f"switch at {sw['t_s']:.1f} s: {sw['cca_before']} -> {sw['cca_after']} "
                       f"{'ok' if sw['ok'] else 'FAILED: ' + str(sw['error'])}, "

@@ -14,12 +14,9 @@ import math
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from ccswitch.daemon.protocol import NoDaemon, ProtocolError, request, socket_path
-
-console = Console()
+from ccswitch.tables import Column, parse_columns, print_table, select
 
 
 def sock_of(ctx: click.Context) -> str:
@@ -88,20 +85,30 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
 
 # ---------------------------------------------------------------------- flows
-def daemon_flows_table(rows: list[dict[str, Any]], actions: list[str]) -> Table:
-    t = Table(title=f"{len(rows)} flows (from ccswitchd)")
-    for h in ("flow", "remote", "cca", "thr Mb/s", "rtt ms", "jitter ms", "loss %", "Thratio",
-              *[f"Q {a}" for a in actions], "pin", "last decision"):
-        t.add_column(h, justify="left" if h in ("remote", "cca", "last decision", "pin") else "right")
-    for r in sorted(rows, key=lambda r: r["flow_id"]):
-        q = r.get("q") or {}
-        last = f"{r['last_action']}: {r['last_reason']}" if r.get("last_action") else "-"
-        t.add_row(str(r["flow_id"]), f"{r['dst']}:{r['dport']}", r["cca"], _num(r["throughput_bps"] and
-                  r["throughput_bps"] / 1e6), _num(r["rtt_us"] and r["rtt_us"] / 1e3),
-                  _num(r["jitter_us"] / 1e3 if r["jitter_us"] is not None else None),
-                  _num(r["loss_rate"] * 100 if r["loss_rate"] is not None else None), _num(r.get("thratio")),
-                  *[_num(q.get(a)) for a in actions], r.get("pinned") or "", last)
-    return t
+def _scaled(field: str, div: float) -> Any:
+    return lambda r: _num(r[field] / div if r.get(field) is not None else None)
+
+
+def _last_decision(r: dict[str, Any]) -> str:
+    return f"{r['last_action']}: {r['last_reason']}" if r.get("last_action") else "-"
+
+
+def daemon_flow_columns(actions: list[str]) -> list[Column]:
+    """`ccswitch flows` from the daemon: the monitor's numbers plus Q-values, pin, last decision."""
+    return [
+        Column("flow", lambda r: str(r["flow_id"])),
+        Column("remote", lambda r: f"{r['dst']}:{r['dport']}", rank=3, right=False),
+        Column("cca", lambda r: r["cca"], right=False),
+        Column("thr", _scaled("throughput_bps", 1e6), header="thr Mb/s"),
+        Column("rtt", _scaled("rtt_us", 1e3), header="rtt ms"),
+        Column("jitter", _scaled("jitter_us", 1e3), rank=3, header="jitter ms"),
+        Column("loss", _scaled("loss_rate", 1e-2), rank=2, header="loss %"),
+        Column("thratio", lambda r: _num(r.get("thratio")), rank=2, header="Thratio"),
+        *[Column(f"q_{a}", lambda r, a=a: _num((r.get("q") or {}).get(a)), rank=1, header=f"Q {a}")
+          for a in actions],
+        Column("pin", lambda r: r.get("pinned") or "", rank=3, right=False),
+        Column("decision", _last_decision, rank=1, right=False, text=True, header="last decision"),
+    ]
 
 
 # --------------------------------------------------------------------- policy
@@ -213,22 +220,33 @@ def policy_explain(ctx: click.Context, flow: int | None, state_text: str | None,
 
 
 # -------------------------------------------------------------------- history
+HISTORY_COLUMNS = (
+    Column("time", lambda r: _ts(r["ts"]), right=False),
+    Column("flow", lambda r: str(r["flow"])),
+    Column("from", lambda r: r["from"], right=False),
+    Column("to", lambda r: r["to"], right=False),
+    Column("kind", lambda r: r["kind"], rank=1, right=False),
+    Column("verdict", lambda r: r.get("verdict", "-"), rank=1, right=False),
+    Column("reason", lambda r: r["reason"], rank=1, right=False, text=True),
+)
+
+
 @click.command()
 @click.option("--limit", default=50, show_default=True, help="Newest N records (0 = all kept).")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--wide", is_flag=True, help="Every column and the whole reason, whatever the terminal's width.")
+@click.option("-o", "--columns", "columns", metavar="A,B,...",
+              help=f"Exactly these columns, in this order (from: {', '.join(c.name for c in HISTORY_COLUMNS)}).")
 @click.pass_context
-def history(ctx: click.Context, limit: int, as_json: bool) -> None:
+def history(ctx: click.Context, limit: int, as_json: bool, wide: bool, columns: str | None) -> None:
     """Switches: time, flow, from, to, kind, reason, post-switch verdict."""
+    names = parse_columns(columns)
+    select(HISTORY_COLUMNS, names)
     rows = ask(ctx, "history", limit=limit)
     if as_json:
         click.echo(json.dumps(rows))
         return
-    t = Table(title=f"{len(rows)} switches")
-    for h in ("time", "flow", "from", "to", "kind", "verdict", "reason"):
-        t.add_column(h)
-    for r in rows:
-        t.add_row(_ts(r["ts"]), str(r["flow"]), r["from"], r["to"], r["kind"], r.get("verdict", "-"), r["reason"])
-    console.print(t)
+    print_table(HISTORY_COLUMNS, rows, title=f"{len(rows)} switches", wide=wide, names=names)
 
 
 # --------------------------------------------------------------------- daemon

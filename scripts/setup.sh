@@ -3,7 +3,7 @@
 #
 #   1. apt-get install the missing system packages (clang, llvm, libbpf-dev,
 #      bpftool, iperf3, tshark, iproute2, python3-venv, make, util-linux, procps,
-#      ethtool, iputils-ping);
+#      ethtool, iputils-ping, tmux for the CLI layout test);
 #   2. mount bpffs at /sys/fs/bpf;
 #   3. create .venv at the repository root (Python >= 3.11) and
 #      `pip install -e '.[dev]'` whenever pyproject.toml changed since the last install;
@@ -57,7 +57,7 @@ missing_packages() {
     local spec pkg cmd
     for spec in clang:clang llvm:llvm-strip libbpf-dev: iperf3:iperf3 tshark:tshark \
                 iproute2:tc make:make util-linux:nsenter procps:pgrep ethtool:ethtool \
-                iputils-ping:ping; do
+                iputils-ping:ping tmux:tmux; do
         pkg="${spec%%:*}"
         cmd="${spec#*:}"
         if pkg_installed "$pkg"; then continue; fi

@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from ccswitch.testbed.reports.matrix import load_results, met_share, report, wilson
-from ccswitch.testbed.runs.matrix import MatrixError, finished, plan, run_matrix
+from ccswitch.testbed.runs.matrix import MatrixError, check_same_guard, finished, plan, run_matrix
+from ccswitch.testbed.scenario.daemon_config import effective_guard
+from ccswitch.testbed.scenario.model import DaemonSettings
 
 REPO = Path(__file__).resolve().parents[1]
 LINKEMU = REPO / "testbed" / "linkemu" / "target" / "release" / "linkemu"
@@ -85,6 +87,29 @@ def _fake_run(results: Path, scenario: str, arm: str, seed: int, met: bool, min_
     lh = {"targets_met": met, "min_share": min_share, "jain": 0.99 if met else 0.8,
           "utilisation": 0.95, "rtt_p95_ms": 20.0 + seed, "cca_changes": {"C1": [{"t_s": 3}]}}
     (d / "summary.json").write_text(json.dumps({"metrics": {"last_half": lh}}))
+
+
+def test_resume_keeps_the_guard_the_daemons_ran_with(tmp_path: Path) -> None:
+    """matrix.json records the effective [guard]; a resume that would change it is refused.
+
+    The daemon's defaults can change between versions: a folder whose first
+    seed ran with the post-switch evaluation on must not get later seeds with
+    it off just because nobody passed --guard either time.
+    """
+    ran = effective_guard(DaemonSettings(guard=(("eval_window_s", 3.0), ("jitter_s", 0.0))))
+    assert ran is not None and ran["eval_window_s"] == 3.0 and "min_dwell_s" in ran
+    (tmp_path / "matrix.json").write_text(json.dumps({"guard": [], "guard_effective": ran}))
+    now_default = effective_guard(DaemonSettings())
+    with pytest.raises(MatrixError, match=r"ran its daemons with guard eval_window_s=3.0, jitter_s=0.0; .*"
+                                          r"resume with --guard eval_window_s=3.0 --guard jitter_s=0.0"):
+        check_same_guard(tmp_path, [], now_default)
+    # the same effective settings spelled differently are the same folder
+    check_same_guard(tmp_path, ["eval_window_s=3", "jitter_s=0.0"], ran)
+    # a folder from before the effective record: the flags are compared
+    (tmp_path / "matrix.json").write_text(json.dumps({"guard": ["jitter_s=0"]}))
+    check_same_guard(tmp_path, ["jitter_s=0"], now_default)
+    with pytest.raises(MatrixError, match="holds runs with --guard jitter_s=0"):
+        check_same_guard(tmp_path, [], now_default)
 
 
 def test_report_statistics_on_synthetic_results(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..scenario.arms import arm_scenario, check_arms, guard_setting
-from ..scenario.daemon_config import check_settings
+from ..scenario.daemon_config import check_settings, effective_guard
 from ..scenario.model import DaemonSettings
 
 DEFAULT_TIMEOUT_S = 240.0
@@ -273,6 +273,35 @@ class MatrixProgress:
 Runner = Callable[[Task], Outcome]
 
 
+def check_same_guard(results: Path, guard: Sequence[str], effective: dict[str, Any] | None) -> None:
+    """A resumed folder keeps the guard its daemons ran with (MatrixError naming the difference).
+
+    matrix.json records the effective `[guard]` table (defaults + --guard), so
+    a changed default of the daemon cannot slip into half of a folder's runs;
+    folders written before it recorded only the --guard flags, compared as such.
+    """
+    previous = results / "matrix.json"
+    if not previous.is_file():
+        return
+    try:
+        before = json.loads(previous.read_text())
+    except ValueError:
+        return
+    ran = before.get("guard_effective")
+    if ran and effective is not None:
+        diff = sorted(k for k in set(ran) | set(effective) if ran.get(k) != effective.get(k))
+        if diff:
+            flags = " ".join(f"--guard {k}={ran[k]}" for k in diff if k in ran)
+            raise MatrixError(f"{results} ran its daemons with guard {', '.join(f'{k}={ran.get(k)}' for k in diff)}; "
+                              f"these settings give {', '.join(f'{k}={effective.get(k)}' for k in diff)}: "
+                              f"resume with {flags} or use another --out")
+        return
+    flags_before = before.get("guard") or []
+    if sorted(flags_before) != sorted(guard):
+        raise MatrixError(f"{results} holds runs with --guard {' '.join(flags_before) or '(none)'}; "
+                          f"resume with the same settings or use another --out")
+
+
 def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, jobs: int = 1,
                timeout_s: float = DEFAULT_TIMEOUT_S, policy_file: Path | None = None,
                scenarios: Sequence[str] = (), ray_address: str | None = None, runs_per_node: int | None = None,
@@ -296,16 +325,12 @@ def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, 
         raise MatrixError(f"--guard: {problems[0]}")
     tasks = plan(folder, arms, seeds, scenarios=scenarios)
     results.mkdir(parents=True, exist_ok=True)
-    previous = results / "matrix.json"
-    if previous.is_file():
-        with contextlib.suppress(ValueError):
-            before = json.loads(previous.read_text()).get("guard") or []
-            if sorted(before) != sorted(guard):
-                raise MatrixError(f"{results} holds runs with --guard {' '.join(before) or '(none)'}; "
-                                  f"resume with the same settings or use another --out")
+    effective = effective_guard(settings)
+    check_same_guard(results, guard, effective)
     (results / "matrix.json").write_text(json.dumps({
         "scenarios": str(folder.resolve()), "arms": list(check_arms(arms)), "seeds": seeds,
-        "policy_file": str(policy_file.resolve()) if policy_file else None, "guard": guard}, indent=2) + "\n")
+        "policy_file": str(policy_file.resolve()) if policy_file else None, "guard": guard,
+        "guard_effective": effective}, indent=2) + "\n")
     todo = [t for t in tasks if not finished(t.run_dir(results))]
     prog = MatrixProgress(len(tasks), len(tasks) - len(todo), enabled=progress)
     if not todo:

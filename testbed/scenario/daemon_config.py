@@ -50,6 +50,18 @@ def check_settings(settings: DaemonSettings) -> list[str]:
     return []
 
 
+def effective_guard(settings: DaemonSettings) -> dict[str, Any] | None:
+    """The `[guard]` table the daemons of *settings* run with: the daemon's defaults plus overrides.
+
+    None when the daemon's config module is not importable (then only the overrides are known).
+    """
+    try:
+        from ccswitch.daemon.config import parse_config
+    except ImportError:
+        return None
+    return dict(parse_config(daemon_config(settings, [])).values["guard"])
+
+
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
