@@ -90,3 +90,33 @@ def test_trace_capacity_over_the_window(tmp_path: Path) -> None:
     lh = last_half(run)
     assert lh["capacity_source"] == "trace" and not math.isnan(lh["utilisation"])
     assert lh["utilisation"] == pytest.approx(40 * 1.03 / cap, rel=0.01)  # wire throughput / capacity
+
+
+def test_run_plot_marks_daemon_switches_and_flow_lifetimes(tmp_path: Path) -> None:
+    """The plot's legend gives each flow's CCA path and lifetime; a daemon's switch gets a line.
+
+    C1 is switched cubic -> bbr by a daemon at 4 s (seen in the samples, no
+    scripted switch): one marker labelled "bbr" at 4 s in C1's colour; C2
+    joins at 3 s and leaves at 8 s.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ccswitch.testbed.reports import run as runrep
+
+    run = _run(tmp_path, [_flow("C1"), _flow("C2", 3.0, 5.0)],
+               {"C1": [40.0] * 10, "C2": [NAN] * 3 + [20.0] * 5 + [NAN] * 2})
+    run.series["C1"].cca[3:] = ["bbr"] * 7
+    changes = runrep._daemon_changes(run, [])
+    assert changes == {"C1": [(4.0, "cubic", "bbr")], "C2": []}
+    assert runrep._cca_path(run, run.flows[0], changes) == "cubic->bbr"
+    assert runrep._lifetime(run.flows[1], run) == "3-8 s"
+    # a scripted switch (the scenario's own) is drawn once, not again as the daemon's
+    assert runrep._daemon_changes(run, [{"flow": "C1", "at_s": 3.5, "cca": "bbr"}]) == {"C1": [], "C2": []}
+    fig, ax = plt.subplots()
+    runrep._mark_daemon_switches(ax, run, changes, ["tab:blue", "tab:orange"])
+    assert [t.get_text() for t in ax.texts] == ["bbr"]
+    assert [tuple(line.get_xdata()) for line in ax.lines] == [(4.0, 4.0)]
+    plt.close(fig)  # plot_run itself draws these on every real run (tests/test_runner.py)
