@@ -141,6 +141,41 @@ def flows(ctx: click.Context, interval: float, count: int, show_all: bool, as_js
 
 
 @cli.command()
+@click.option("--interval", default=1.0, show_default=True, help="Refresh interval, s (>= 0.1).")
+@click.option("--all", "show_all", is_flag=True, help="Include idle flows (no bytes in the interval).")
+@click.option("--wide", is_flag=True, help="Every column, whatever the terminal's width (wider lines are cropped).")
+@click.option("-o", "--columns", "columns", metavar="A,B,...", help="Exactly these columns, in this order.")
+@click.pass_context
+def top(ctx: click.Context, interval: float, show_all: bool, wide: bool, columns: str | None) -> None:
+    """Live view: flows, CCA, throughput, RTT, Q-values, the guard's last decision; q or Ctrl-C quits."""
+    from ccswitch.top import daemon_frame, monitor_frame, run_top
+
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise ValueError("ccswitch top needs a terminal; for a stream use `ccswitch flows --count 0` (or --json)")
+    check_interval(interval)
+    names = parse_columns(columns)
+    running, _ = _via_daemon(ctx, "status")
+    if running:
+        def from_daemon() -> tuple:
+            _, st = _via_daemon(ctx, "status")
+            _, rows = _via_daemon(ctx, "flows")
+            return daemon_frame(st or {}, rows or [], show_all)  # type: ignore[arg-type]
+
+        _, first = _via_daemon(ctx, "flows")  # a bad -o fails here, in one line, before the screen
+        select(daemon_frame({}, first or [], True)[1], names)  # type: ignore[arg-type]
+        run_top(from_daemon, interval, wide=wide, names=names)
+        return
+    from ccswitch.dataplane import DataPlane, install_signal_handlers
+
+    select(FLOW_COLUMNS, names)
+    install_signal_handlers()
+    with _in_netns(ctx.obj["netns"]), DataPlane(pcc=False) as dp:
+        dp.sample()
+        time.sleep(interval)  # the first frame's rates need one interval
+        run_top(lambda: monitor_frame(dp.sample().to_pylist(), interval, show_all), interval, wide=wide, names=names)
+
+
+@cli.command()
 @click.argument("flow", type=int)
 @click.argument("cca")
 @click.option("--inherit", type=click.Choice(sorted(INHERIT_MODES)), default="limited",

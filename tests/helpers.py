@@ -1,10 +1,12 @@
-"""Helpers shared by the kernel tests: sampling loops and ss(8) parsing."""
+"""Helpers shared by the tests: sampling loops, ss(8) parsing, a tmux pane for CLI views."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import time
+import uuid
+from pathlib import Path
 
 from ccswitch.dataplane import DataPlane
 from ccswitch.testbed.runs.netns import nsenter_argv
@@ -39,3 +41,50 @@ def ss_info(ns: str, sport: int) -> dict[str, str | float]:
     if m:
         info["cwnd"] = float(m.group(1))
     return info
+
+
+class TmuxPane:
+    """A command in a detached tmux pane of a given width: what a user sees (capture-pane).
+
+    A private tmux server per pane (-L): no user's server is touched, and no new
+    session races a server that is exiting after the previous kill.  COLUMNS
+    and LINES are unset for the command: tmux started from under pytest
+    exports COLUMNS=80 to the pane, which a user's shell does not.
+    """
+
+    def __init__(self, argv: list[str], width: int, height: int = 40, then: str = "sleep 60",
+                 cwd: Path | None = None):
+        self.tmux = ["tmux", "-L", f"ccs-test-{uuid.uuid4().hex[:8]}"]
+        cmd = subprocess.list2cmdline(["env", "-u", "COLUMNS", "-u", "LINES", *argv]) + f"; {then}"
+        start = [*self.tmux, "new-session", "-d", "-x", str(width), "-y", str(height)]
+        if cwd:
+            start += ["-c", str(cwd)]
+        subprocess.run([*start, cmd], check=True)
+
+    def text(self) -> str:
+        return subprocess.run([*self.tmux, "capture-pane", "-p"], capture_output=True, text=True,
+                              check=True).stdout
+
+    def wait_for(self, needle: str, timeout_s: float = 30.0, settle_s: float = 0.3) -> str:
+        """The pane's text once `needle` shows (then `settle_s` more for the rest of the frame)."""
+        deadline = time.monotonic() + timeout_s
+        text = ""
+        while time.monotonic() < deadline:
+            text = self.text()
+            if needle in text:
+                time.sleep(settle_s)
+                return self.text()
+            time.sleep(0.2)
+        raise AssertionError(f"{needle!r} did not appear within {timeout_s} s; the pane:\n{text}")
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run([*self.tmux, "send-keys", *keys], check=True)
+
+    def close(self) -> None:
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True)
+
+    def __enter__(self) -> TmuxPane:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,8 @@ from ccswitch.cli import FLOW_COLUMNS
 from ccswitch.daemon.commands import HISTORY_COLUMNS, daemon_flow_columns
 from ccswitch.tables import Column, fit, render, select
 from ccswitch.testbed.runs.iperf import start_flow, start_server
+
+from helpers import TmuxPane
 
 CLI = [sys.executable, "-m", "ccswitch.cli"]
 REPO = Path(__file__).resolve().parent.parent
@@ -99,29 +100,9 @@ def test_bad_columns_option_is_one_line_error() -> None:
 
 
 # ---------------------------------------------------------------- the real CLI
-def _tmux_capture(argv: list[str], width: int, until: str, timeout_s: float = 30.0) -> str:
-    """Run argv in a detached tmux pane `width` columns wide; the pane's text once `until` shows.
-
-    A private tmux server per call (-L): no user's server is touched, and no
-    new session races a server that is exiting after the previous kill.
-    """
-    tmux = ["tmux", "-L", f"ccs-tables-{uuid.uuid4().hex[:8]}"]
-    # tmux started from under pytest exports COLUMNS=80 to the pane; a user's shell does not export it
-    cmd = subprocess.list2cmdline(["env", "-u", "COLUMNS", "-u", "LINES", *argv]) + "; sleep 60"
-    subprocess.run([*tmux, "new-session", "-d", "-x", str(width), "-y", "40", "-c", str(REPO), cmd], check=True)
-    try:
-        deadline = time.monotonic() + timeout_s
-        text = ""
-        while time.monotonic() < deadline:
-            text = subprocess.run([*tmux, "capture-pane", "-p"], capture_output=True, text=True, check=True).stdout
-            if until in text:
-                time.sleep(0.3)  # the rest of the table
-                return subprocess.run([*tmux, "capture-pane", "-p"], capture_output=True, text=True,
-                                      check=True).stdout
-            time.sleep(0.2)
-        raise AssertionError(f"{until!r} did not appear within {timeout_s} s in a {width}-column pane:\n{text}")
-    finally:
-        subprocess.run([*tmux, "kill-server"], capture_output=True)
+def _tmux_capture(argv: list[str], width: int, until: str) -> str:
+    with TmuxPane(argv, width, cwd=REPO) as pane:
+        return pane.wait_for(until)
 
 
 @pytest.mark.kernel
