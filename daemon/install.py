@@ -1,7 +1,8 @@
 """`ccswitch daemon install` / `ccswitchd --install`: place the systemd unit and the default config.
 
 Idempotent: the unit (daemon/ccswitchd.service with ExecStart pointing at
-this installation's ccswitchd) is written when missing or different; the
+this installation's ccswitchd) and the man pages (daemon/man, to
+/usr/local/share/man) are written when missing or different; the
 config (daemon/ccswitch.toml, the schema's defaults) only when missing.
 A config that differs from the default is the administrator's and is never
 overwritten; a previous default is left as it is too.  Runs
@@ -29,6 +30,9 @@ TMP_DROPIN_DST = Path("etc/systemd/system/ccswitchd.service.d/10-installation-in
 PRIVATE_TMP_DIRS = (Path("/tmp"), Path("/var/tmp"))
 """Replaced by empty directories for the service (PrivateTmp=yes in the unit)."""
 CONFIG_DST = Path("etc/ccswitch/ccswitch.toml")
+MAN_SRC = HERE / "man"
+MAN_DST = Path("usr/local/share/man")
+"""man1/ccswitch*.1 and man8/ccswitchd.8 go here (daemon/manpages.py generates them)."""
 
 
 def ccswitchd_path() -> str:
@@ -69,6 +73,26 @@ def _install_paths() -> list[Path]:
     return [Path(exe).absolute(), HERE.parent, Path(sys.prefix), Path(sys.base_prefix)]
 
 
+def install_man_pages(root: Path) -> str:
+    """Copy the committed man pages (replacing ours, nothing else); one line saying what changed."""
+    pages = sorted(MAN_SRC.glob("*.[18]"))
+    if not pages:
+        return f"man pages: none in {MAN_SRC} (regenerate with `python -m ccswitch.daemon.manpages`)"
+    changed = 0
+    for page in pages:
+        dst = root / MAN_DST / f"man{page.suffix[1:]}" / page.name
+        text = page.read_text()
+        if dst.exists() and dst.read_text() == text:
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_text(text)
+        dst.chmod(0o644)
+        changed += 1
+    where = root / MAN_DST
+    return (f"man pages {where}: {changed} of {len(pages)} installed or updated (`man ccswitch`, `man ccswitchd`)"
+            if changed else f"man pages {where}: up to date ({len(pages)})")
+
+
 def install(root: Path = Path("/"), install_paths: list[Path] | None = None) -> list[str]:
     out = []
     hidden = hidden_install_dirs(install_paths if install_paths is not None else _install_paths())
@@ -106,6 +130,7 @@ def install(root: Path = Path("/"), install_paths: list[Path] | None = None) -> 
     else:
         out.append(f"config {cfg}: modified by the administrator, left as it is "
                    f"(the default is {HERE / 'ccswitch.toml'})")
+    out.append(install_man_pages(root))
     if root == Path("/") and Path("/run/systemd/system").is_dir():
         subprocess.run(["systemctl", "daemon-reload"], check=False)
         out.append("systemctl daemon-reload: done; start with `systemctl enable --now ccswitchd`")

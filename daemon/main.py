@@ -53,7 +53,7 @@ log = logging.getLogger("ccswitchd")
 MAX_TICK_ERRORS = 10
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ccswitchd", description="ccswitch switching daemon (one per network "
                                 "namespace): monitor -> features -> policy -> guard -> switch.")
     p.add_argument("--config", metavar="FILE", help=f"config file (default {config_mod.DEFAULT_PATH}; "
@@ -73,7 +73,7 @@ def _fail(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.install:
         from ccswitch.daemon.install import install
 
