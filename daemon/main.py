@@ -330,29 +330,55 @@ class Daemon:
         if op == "policy_show":
             return self.decider.describe()
         if op == "history":
-            limit = int(args.get("limit", 50))
+            limit = _int_arg(args, "limit", 50)
             return list(ctl.history)[-limit:] if limit > 0 else list(ctl.history)
         if op == "switch":
-            flow, cca = int(args["flow"]), str(args["cca"])
+            flow, cca = _int_arg(args, "flow"), _str_arg(args, "cca")
             if cca != "auto" and ctl._row_of(flow) is None:
                 raise ValueError(f"flow {flow} not found among this namespace's TCP sockets (closed, or in "
                                  "another namespace); list flows with `ccswitch flows`")
             return ctl.manual_switch(flow, cca, args.get("inherit"))
         if op == "explain":
             if args.get("flow") is not None:
-                return ctl.explain_flow(int(args["flow"]))
+                return ctl.explain_flow(_int_arg(args, "flow"))
             from ccswitch.daemon.explain import explain_state
 
             policy = getattr(self.decider, "policy", None) or getattr(getattr(self.decider, "inner", None),
                                                                       "policy", None)
             if policy is None:
                 raise ValueError(f"explain --state needs the DQN; this daemon decides with {self.decider.kind}")
-            out = explain_state(policy, args.get("state") or {})
+            state = args.get("state") or {}
+            if not isinstance(state, dict):
+                raise ValueError("argument 'state' must be an object of feature: value")
+            out = explain_state(policy, state)
             allowed = ctl.allowed()
             sc = {a: v for a, v in out["q"].items() if a in allowed}
             out["guard"] = ctl.guard.would(None, out["cca"], sc).as_dict()
             return out
         raise ValueError(f"unknown operation {op!r}")
+
+
+_NO_DEFAULT = object()
+
+
+def _int_arg(args: dict[str, Any], key: str, default: Any = _NO_DEFAULT) -> int:
+    """A request's integer argument; ValueError (a one-line answer) when missing or not an integer."""
+    v = args.get(key, default)
+    if v is _NO_DEFAULT:
+        raise ValueError(f"missing argument '{key}'")
+    if isinstance(v, bool) or not isinstance(v, int | str):
+        raise ValueError(f"argument '{key}' must be an integer, got {type(v).__name__}")
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"argument '{key}' must be an integer, got {v!r}") from None
+
+
+def _str_arg(args: dict[str, Any], key: str) -> str:
+    v = args.get(key)
+    if not isinstance(v, str):
+        raise ValueError(f"argument '{key}' must be a string" + ("" if v is None else f", got {type(v).__name__}"))
+    return v
 
 
 if __name__ == "__main__":

@@ -103,11 +103,15 @@ class ControlServer:
                 conn.sendall(encode({"v": VERSION, "ok": False, "error": "permission denied: the ccswitchd control "
                                      "socket only answers root; rerun with sudo"}))
                 return
-            req = read_message(conn)
-            op = req.get("op")
-            args = req.get("args") or {}
-            if not isinstance(op, str) or not isinstance(args, dict):
-                raise ProtocolError("request needs 'op' (string) and 'args' (object)")
+            try:
+                req = read_message(conn)
+                op = req.get("op")
+                args = req.get("args") or {}
+                if not isinstance(op, str) or not isinstance(args, dict):
+                    raise ProtocolError("request needs 'op' (string) and 'args' (object)")
+            except ProtocolError as e:  # a malformed request gets its one-line answer, then the connection ends
+                conn.sendall(encode({"v": VERSION, "ok": False, "error": f"bad request: {e}"}))
+                return
             try:
                 result = self.handler(op, args)
                 resp = {"v": VERSION, "ok": True, "result": clean(result)}

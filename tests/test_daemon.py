@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from ccswitch.daemon.protocol import request
+from ccswitch.daemon.protocol import ProtocolError, request
 from ccswitch.schema import FLOW_SAMPLE_SCHEMA
 from ccswitch.testbed.runs.netns import nsenter_argv, popen_in
 
@@ -154,6 +154,16 @@ def test_daemon_switches_a_real_flow_and_respects_a_manual_pin(bottleneck, serve
         assert st["policy"]["kind"] == "static" and st["switches"] >= 2 and st["manual"] == 1
         unknown = d.cli("switch", "999999999", "cubic")
         assert unknown.returncode == 1 and unknown.stderr.startswith("ccswitch: error: flow 999999999 not found")
+        # ill-typed arguments: a one-line answer naming the argument, the flow untouched (fuzzed further
+        # in tests/test_fuzz_parsers.py against the real server)
+        for bad, needle in ((dict(flow=[flow], cca="cubic"), "argument 'flow' must be an integer"),
+                            (dict(flow=flow, cca=3), "argument 'cca' must be a string"),
+                            (dict(cca="cubic"), "missing argument 'flow'")):
+            with pytest.raises(ProtocolError, match=needle):
+                request(d.sock, "switch", **bad)
+        with pytest.raises(ProtocolError, match="argument 'limit' must be an integer"):
+            request(d.sock, "history", limit={"a": 1})
+        assert {r["flow_id"]: r for r in data_flows(d, server)}[flow]["pinned"] == "bbr"
         nobody = d.cli("status", user=65534)
         assert nobody.returncode == 1 and "root-only" in nobody.stderr and nobody.stderr.count("\n") == 1
     finally:
