@@ -108,7 +108,12 @@ KEYS: tuple[Key, ...] = (
         "interval (the kernel counters are differenced) at a fraction of the CPU: each read walks the kernel's TCP "
         "hash table.  --record always reads every tick (its rows are tick samples)."),
     Key("daemon", "socket", "/run/ccswitch/ccswitchd.sock",
-        "Control socket of the CLI (root only, mode 0600); `ccswitchd --socket` overrides it."),
+        "Control socket of the CLI (root only, mode 0600, unless daemon.read_group); `ccswitchd --socket` "
+        "overrides it."),
+    Key("daemon", "read_group", "",
+        "Members of this group may use the read-only commands (status, flows, history, policy show/explain) "
+        "through the control socket (then mode 0660, group-owned); switching and pins stay root-only.  "
+        "\"\" = root only."),
     Key("daemon", "state_file", "",
         "Guard state kept across restarts (pins, last switches, hold-offs); \"\" = next to the socket (SOCKET.state)."),
     Key("daemon", "inherit", "limited", "State carried into the new algorithm on a switch: \"limited\" or \"full\".",

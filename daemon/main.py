@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         decider, warning = build_decider(dict(cfg.policy))
-    except PolicyError as e:
+        read_group_gid(cfg.daemon["read_group"])
+    except (PolicyError, ValueError) as e:
         _fail(str(e))
     if args.check_config:
         src = cfg.path or "built-in defaults"
@@ -113,6 +114,19 @@ def main(argv: list[str] | None = None) -> None:
         _fail(str(e).replace("\n", " "))
 
 
+def read_group_gid(name: str) -> int | None:
+    """The gid of daemon.read_group (None: root only); ValueError naming the fix when no such group."""
+    if not name:
+        return None
+    import grp
+
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise ValueError(f"daemon.read_group: no group {name!r} on this host; create it (groupadd {name}) "
+                         "or set read_group = \"\"") from None
+
+
 def _lean_memory() -> None:
     """Arrow buffers from the system allocator: jemalloc/mimalloc keep freed arenas, which made the
     resident memory of a long-running daemon creep up by ~15 MB under socket churn."""
@@ -128,6 +142,7 @@ class Daemon:
         self.args = args
         self.config_path = args.config
         self.socket_path = Path(args.socket or cfg.daemon["socket"])
+        self.read_gid = read_group_gid(cfg.daemon["read_group"])
         sf = cfg.daemon["state_file"]
         self.state_path = Path(sf) if sf else self.socket_path.with_name(self.socket_path.name + ".state")
         self.stop = False
@@ -172,7 +187,7 @@ class Daemon:
                 from ccswitch.daemon.metrics import Metrics
 
                 metrics = ctl.metrics = Metrics(self.cfg.metrics["listen"])
-            server = ControlServer(self.socket_path, self.handle)
+            server = ControlServer(self.socket_path, self.handle, read_gid=self.read_gid)
             server.open()
             try:
                 log.info("started", extra={"fields": {

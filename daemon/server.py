@@ -34,17 +34,45 @@ class ServerError(RuntimeError):
     pass
 
 
-def peer_uid(conn: socket.socket) -> int:
+READ_OPS = frozenset({"status", "flows", "history", "policy_show", "explain"})
+"""Requests that change nothing: what members of daemon.read_group may send."""
+
+
+def peer_creds(conn: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the peer process (SO_PEERCRED)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid
+    pid, uid, gid = struct.unpack("3i", creds)
+    return pid, uid, gid
+
+
+def peer_uid(conn: socket.socket) -> int:
+    return peer_creds(conn)[1]
+
+
+def in_group(pid: int, gid: int, primary: int) -> bool:
+    """Is the peer a member of group *gid*: its primary group, or one of its supplementary groups
+    (/proc/PID/status, read while the peer is connected)."""
+    if primary == gid:
+        return True
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Groups:"):
+                    return str(gid) in line.split()[1:]
+    except OSError:
+        pass
+    return False
 
 
 class ControlServer:
-    def __init__(self, path: str | Path, handler: Handler, allowed_uid: int = 0):
+    """The daemon's control socket: root (allowed_uid) may do everything; members of `read_gid`
+    (daemon.read_group) only the READ_OPS; everyone else gets a one-line refusal."""
+
+    def __init__(self, path: str | Path, handler: Handler, allowed_uid: int = 0, read_gid: int | None = None):
         self.path = Path(path)
         self.handler = handler
         self.allowed_uid = allowed_uid
+        self.read_gid = read_gid
         self.sock: socket.socket | None = None
 
     def open(self) -> None:
@@ -70,7 +98,13 @@ class ControlServer:
                 s.bind(str(p))
             finally:
                 os.umask(old)
-            os.chmod(p, 0o600)
+            if self.read_gid is None:
+                os.chmod(p, 0o600)
+            else:  # the group reaches the socket: group-owned socket (rw) and directory (x)
+                os.chown(p, -1, self.read_gid)
+                os.chmod(p, 0o660)
+                os.chown(p.parent, -1, self.read_gid)
+                os.chmod(p.parent, (p.parent.stat().st_mode & 0o700) | 0o050)
             s.listen(16)
             s.setblocking(False)
             self.sock = s
@@ -97,11 +131,13 @@ class ControlServer:
         conn.setblocking(True)
         conn.settimeout(REQUEST_TIMEOUT_S)
         try:
-            uid = peer_uid(conn)
-            if uid != self.allowed_uid:
+            pid, uid, gid = peer_creds(conn)
+            reader = uid != self.allowed_uid and self.read_gid is not None and in_group(pid, self.read_gid, gid)
+            if uid != self.allowed_uid and not reader:
                 log.warning("control request refused", extra={"fields": {"uid": uid}})
-                conn.sendall(encode({"v": VERSION, "ok": False, "error": "permission denied: the ccswitchd control "
-                                     "socket only answers root; rerun with sudo"}))
+                who = "root" if self.read_gid is None else f"root and (read-only) group {self.read_gid}"
+                conn.sendall(encode({"v": VERSION, "ok": False, "error": f"permission denied: the ccswitchd control "
+                                     f"socket only answers {who}; rerun with sudo"}))
                 return
             try:
                 req = read_message(conn)
@@ -111,6 +147,12 @@ class ControlServer:
                     raise ProtocolError("request needs 'op' (string) and 'args' (object)")
             except ProtocolError as e:  # a malformed request gets its one-line answer, then the connection ends
                 conn.sendall(encode({"v": VERSION, "ok": False, "error": f"bad request: {e}"}))
+                return
+            if reader and op not in READ_OPS:
+                log.warning("control request refused", extra={"fields": {"uid": uid, "op": op}})
+                conn.sendall(encode({"v": VERSION, "ok": False, "error": f"permission denied: '{op}' changes the "
+                                     "daemon's state and is root-only (daemon.read_group allows status, flows, "
+                                     "history, policy); rerun with sudo"}))
                 return
             try:
                 result = self.handler(op, args)

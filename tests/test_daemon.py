@@ -246,6 +246,42 @@ def test_kill9_leaves_flows_running_and_the_next_start_cleans_up(bottleneck, ser
     assert out["end"]["sum_sent"]["bytes"] > 0 and not out.get("error")
 
 
+def test_read_group_members_read_but_never_switch(bottleneck) -> None:
+    """daemon.read_group = "nogroup": a member (uid 65534, gid nogroup) gets status, flows and
+    history; its switch is refused in one line; a non-member (gid 1) is refused everything; the
+    socket is 0660 and group-owned.  (The socket lives in a world-traversable directory: pytest's
+    tmp_path is under a 0700 directory a non-root user cannot cross.)"""
+    import grp
+    import shutil
+    import stat
+    import tempfile
+
+    gid = grp.getgrnam("nogroup").gr_gid
+    base = Path(tempfile.mkdtemp(prefix="ccs-readgroup-", dir="/tmp"))
+    base.chmod(0o755)
+    d = Daemon(bottleneck.sender, base, STATIC.replace("[daemon]", '[daemon]\nread_group = "nogroup"', 1))
+
+    def as_user(g: int, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["setpriv", "--reuid=65534", f"--regid={g}", "--clear-groups", *CLI, "--socket",
+                               d.sock, *args], capture_output=True, text=True, timeout=60)
+    try:
+        st = os.stat(d.sock)
+        assert stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == gid and st.st_uid == 0
+        member = as_user(gid, "status", "--json")
+        assert member.returncode == 0 and json.loads(member.stdout)["policy"]["kind"] == "static", member.stderr
+        assert as_user(gid, "flows", "--json").returncode == 0
+        assert as_user(gid, "history", "--json").returncode == 0
+        sw = as_user(gid, "switch", "1", "bbr")
+        assert sw.returncode == 1 and sw.stderr.count("\n") == 1, sw.stderr
+        assert "'switch' changes the daemon's state and is root-only" in sw.stderr
+        other = as_user(1, "status")
+        assert other.returncode == 1 and other.stderr.count("\n") == 1 and "permission denied" in other.stderr
+        assert json.loads(d.cli("status", "--json").stdout)["manual"] == 0  # nothing reached the controller
+    finally:
+        assert d.stop() == 0, d.log()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def test_bad_config_and_bad_policy_refuse_to_start_with_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('[daemon]\ntick_s = 0.01\n')
@@ -261,6 +297,11 @@ def test_bad_config_and_bad_policy_refuse_to_start_with_one_line(tmp_path: Path)
                          str(tmp_path / "s.sock")], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 1 and cp.stderr.count("\n") == 1 and "invalid JSON" in cp.stderr
     assert "policy.fallback" in cp.stderr and not (tmp_path / "s.sock").exists()
+    cfgf.write_text('[daemon]\nread_group = "no-such-group-ccs"\n')
+    cp = subprocess.run([sys.executable, "-m", "ccswitch.daemon.main", "--config", str(cfgf), "--check-config"],
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 1 and cp.stderr.count("\n") == 1, cp.stderr
+    assert "daemon.read_group: no group 'no-such-group-ccs' on this host; create it" in cp.stderr
 
 
 def test_socket_churn_leaks_nothing() -> None:
