@@ -61,6 +61,15 @@ class _BatchOpts(ctypes.Structure):
     _fields_ = [("sz", ctypes.c_size_t), ("elem_flags", ctypes.c_uint64), ("flags", ctypes.c_uint64)]
 
 
+class _IterLinkInfo(ctypes.Structure):  # union bpf_iter_link_info, its map member (the union is 16 bytes)
+    _fields_ = [("map_fd", ctypes.c_uint32), ("_rest", ctypes.c_uint32 * 3)]
+
+
+class _IterAttachOpts(ctypes.Structure):  # struct bpf_iter_attach_opts
+    _fields_ = [("sz", ctypes.c_size_t), ("link_info", ctypes.POINTER(_IterLinkInfo)),
+                ("link_info_len", ctypes.c_uint32)]
+
+
 def _proto(name: str, restype: object, *argtypes: object) -> None:
     fn = getattr(_lib, name)
     fn.restype = restype
@@ -363,11 +372,17 @@ class BpfObject:
             raise _err(f"attach of {prog} to cgroup {cgroup_path}")
         return self._track(Link(f"{prog}@{cgroup_path}", ptr))
 
-    def attach_iter(self, prog: str) -> Link:
+    def attach_iter(self, prog: str, map_name: str | None = None) -> Link:
+        """An iterator link; `map_name`: a map iterator (e.g. iter/bpf_sk_storage_map) over that map."""
         ctypes.set_errno(0)
-        ptr = _lib.bpf_program__attach_iter(self._prog_ptr(prog), None)
+        if map_name is None:
+            ptr = _lib.bpf_program__attach_iter(self._prog_ptr(prog), None)
+        else:
+            info = _IterLinkInfo(self.map(map_name).fd)
+            opts = _IterAttachOpts(ctypes.sizeof(_IterAttachOpts), ctypes.pointer(info), ctypes.sizeof(info))
+            ptr = _lib.bpf_program__attach_iter(self._prog_ptr(prog), ctypes.byref(opts))
         if not ptr:
-            raise _err(f"attach of iterator {prog}")
+            raise _err(f"attach of iterator {prog}" + (f" over map {map_name}" if map_name else ""))
         return self._track(Link(prog, ptr))
 
     def attach_struct_ops(self, map_name: str) -> Link:

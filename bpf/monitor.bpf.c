@@ -14,15 +14,24 @@
  *	samples are folded into a sum of absolute differences, from which the
  *	sampler derives jitter.  On TCP_CLOSE the entry is dropped.
  *
- *  ccs_sample (iter/tcp)
- *	Run by user space every tick, in process context, over the sockets of
- *	the netns the reader is in.  Writes one struct flow_record per full
- *	TCP socket (listeners, TIME_WAIT and request sockets skipped) with the
- *	kernel's cumulative counters, merged with the sockops RTT state.
- *	Sockets that predate the monitor never passed ESTABLISHED under it,
- *	so the iterator subscribes them to the callbacks itself with
- *	bpf_setsockopt(TCP_BPF_SOCK_OPS_CB_FLAGS) (6.13+); on older kernels
- *	they are still sampled, only without jitter.
+ *  ccs_sample_tracked (iter/bpf_sk_storage_map) -- the sampling pass
+ *	Run by user space every tick, in process context.  Walks only the
+ *	sockets the monitor tracks: those holding an entry of the socket-local
+ *	storage map ccs_flow_sk (created by sockops on ESTABLISHED, freed with
+ *	the socket or on TCP_CLOSE).  Writes one struct flow_record each: the
+ *	kernel's cumulative counters merged with the sockops RTT state.  Its
+ *	cost follows the number of tracked sockets, not the size of the
+ *	kernel's TCP hash table (262,144 buckets walked by iter/tcp whatever
+ *	the number of flows).
+ *
+ *  ccs_sample (iter/tcp) -- the full walk
+ *	Over every socket of the reader's netns (listeners, TIME_WAIT and
+ *	request sockets skipped): the same records, and it adopts sockets that
+ *	predate the monitor (they never passed ESTABLISHED under it): creates
+ *	their storage entry so the tracked pass sees them from then on, and
+ *	subscribes them to the callbacks with bpf_setsockopt(
+ *	TCP_BPF_SOCK_OPS_CB_FLAGS) (6.13+; older kernels: sampled, no jitter).
+ *	User space runs it at start and then every few seconds as a safety net.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -46,12 +55,13 @@ struct {
 	__type(value, struct monitor_config);
 } ccs_mon_cfg SEC(".maps");
 
+/* Per-socket monitor state, freed by the kernel with the socket. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, CCS_MAX_FLOWS);
-	__type(key, __u64);		/* socket cookie */
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct flow_rtt);
-} ccs_flow_rtt SEC(".maps");
+} ccs_flow_sk SEC(".maps");
 
 /* Scratch record: too large for the 512-byte stack together with locals. */
 struct {
@@ -69,16 +79,19 @@ static __always_inline bool netns_is_monitored(__u64 cookie)
 	return cfg && cfg->netns_cookie == cookie;
 }
 
-static __always_inline struct flow_rtt *flow_rtt_get(__u64 cookie)
+static __always_inline struct flow_rtt *flow_rtt_get(struct bpf_sock *sk)
 {
-	struct flow_rtt *fr = bpf_map_lookup_elem(&ccs_flow_rtt, &cookie);
-	struct flow_rtt init = {};
+	struct flow_rtt *fr;
 
+	if (!sk)
+		return NULL;
+	fr = bpf_sk_storage_get(&ccs_flow_sk, sk, NULL, 0);
 	if (fr)
 		return fr;
-	init.first_seen_ns = bpf_ktime_get_ns();
-	bpf_map_update_elem(&ccs_flow_rtt, &cookie, &init, BPF_NOEXIST);
-	return bpf_map_lookup_elem(&ccs_flow_rtt, &cookie);
+	fr = bpf_sk_storage_get(&ccs_flow_sk, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (fr)
+		fr->first_seen_ns = bpf_ktime_get_ns();
+	return fr;
 }
 
 static __always_inline void fold_rtt_sample(struct flow_rtt *fr, __u32 rtt_us)
@@ -96,7 +109,7 @@ SEC("sockops")
 int ccs_sockops(struct bpf_sock_ops *skops)
 {
 	struct flow_rtt *fr;
-	__u64 cookie;
+	struct bpf_sock *sk;
 	int op = skops->op;
 
 	if (op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB &&
@@ -106,31 +119,33 @@ int ccs_sockops(struct bpf_sock_ops *skops)
 		return 1;
 	if (!netns_is_monitored(bpf_get_netns_cookie(skops)))
 		return 1;
-	cookie = bpf_get_socket_cookie(skops);
+	sk = skops->sk;
+	if (!sk)
+		return 1;
 
 	switch (op) {
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | CB_FLAGS);
-		fr = flow_rtt_get(cookie);
+		fr = flow_rtt_get(sk);
 		if (fr)
 			fr->established_ns = fr->first_seen_ns;
 		break;
 	case BPF_SOCK_OPS_RTT_CB:
-		fr = flow_rtt_get(cookie);
+		fr = flow_rtt_get(sk);
 		/* args[0]: this ACK's RTT sample in us (kernel >= 6.10); older
 		 * kernels pass 0 and we fall back to the smoothed RTT. */
 		if (fr)
 			fold_rtt_sample(fr, skops->args[0] ? skops->args[0] : skops->srtt_us >> 3);
 		break;
 	case BPF_SOCK_OPS_RETRANS_CB:
-		fr = flow_rtt_get(cookie);
+		fr = flow_rtt_get(sk);
 		if (fr)
 			__sync_fetch_and_add(&fr->retrans_events, 1);
 		break;
 	case BPF_SOCK_OPS_STATE_CB:
 		if (skops->args[1] == TCP_CLOSE_)
-			bpf_map_delete_elem(&ccs_flow_rtt, &cookie);
+			bpf_sk_storage_delete(&ccs_flow_sk, sk);
 		break;
 	}
 	return 1;
@@ -170,30 +185,13 @@ static __always_inline void subscribe_callbacks(struct sock *sk, struct tcp_sock
 	bpf_setsockopt(sk, SOL_TCP, TCP_BPF_SOCK_OPS_CB_FLAGS, &flags, sizeof(flags));
 }
 
-SEC("iter/tcp")
-int ccs_sample(struct bpf_iter__tcp *ctx)
+/* One record from a full TCP socket and its monitor state (fr may be NULL). */
+static __always_inline void fill_record(struct flow_record *r, struct sock *sk, struct tcp_sock *tp,
+					struct flow_rtt *fr)
 {
-	struct sock_common *skc = ctx->sk_common;
-	struct flow_record *r;
-	struct flow_rtt *fr;
-	struct tcp_sock *tp;
-	struct sock *sk;
-	__u32 zero = 0;
 	struct cgroup *cg;
 
-	if (!skc)
-		return 0;
-	tp = bpf_skc_to_tcp_sock(skc);
-	if (!tp)
-		return 0;
-	sk = (struct sock *)tp;
-	if (sk->__sk_common.skc_state == TCP_LISTEN_)
-		return 0;
-	r = bpf_map_lookup_elem(&ccs_rec_scratch, &zero);
-	if (!r)
-		return 0;
 	__builtin_memset(r, 0, sizeof(*r));
-
 	r->cookie = bpf_get_socket_cookie(sk);
 	r->netns_cookie = BPF_CORE_READ(sk, __sk_common.skc_net.net, net_cookie);
 	cg = BPF_CORE_READ(sk, sk_cgrp_data.cgroup);
@@ -229,17 +227,70 @@ int ccs_sample(struct bpf_iter__tcp *ctx)
 	r->cb_flags = tp->bpf_sock_ops_cb_flags;
 	r->ecn_flags = tp->ecn_flags;
 	r->received_ce = tp->received_ce;
-
-	fr = bpf_map_lookup_elem(&ccs_flow_rtt, &r->cookie);
 	if (fr) {
 		r->rtt_samples = fr->samples;
 		r->rtt_absdiff_sum_us = fr->absdiff_sum_us;
 		r->last_rtt_us = fr->last_rtt_us;
 		r->retrans_events = fr->retrans_events;
 		r->established_ns = fr->established_ns;
-	} else if (r->state == TCP_ESTABLISHED_) {
-		subscribe_callbacks(sk, tp);
 	}
+}
+
+SEC("iter/bpf_sk_storage_map")
+int ccs_sample_tracked(struct bpf_iter__bpf_sk_storage_map *ctx)
+{
+	struct flow_rtt *fr = ctx->value;
+	struct sock *sk = ctx->sk;
+	struct flow_record *r;
+	struct tcp_sock *tp;
+	__u32 zero = 0;
+
+	if (!sk || !fr)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	sk = (struct sock *)tp;
+	if (sk->__sk_common.skc_state == TCP_LISTEN_)
+		return 0;
+	r = bpf_map_lookup_elem(&ccs_rec_scratch, &zero);
+	if (!r)
+		return 0;
+	fill_record(r, sk, tp, fr);
+	bpf_seq_write(ctx->meta->seq, r, sizeof(*r));
+	return 0;
+}
+
+SEC("iter/tcp")
+int ccs_sample(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct flow_record *r;
+	struct flow_rtt *fr;
+	struct tcp_sock *tp;
+	struct sock *sk;
+	__u32 zero = 0;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp)
+		return 0;
+	sk = (struct sock *)tp;
+	if (sk->__sk_common.skc_state == TCP_LISTEN_)
+		return 0;
+	r = bpf_map_lookup_elem(&ccs_rec_scratch, &zero);
+	if (!r)
+		return 0;
+	fr = bpf_sk_storage_get(&ccs_flow_sk, sk, NULL, 0);
+	if (!fr && sk->__sk_common.skc_state == TCP_ESTABLISHED_) {
+		/* predates the monitor: adopt it into the tracked set */
+		subscribe_callbacks(sk, tp);
+		fr = bpf_sk_storage_get(&ccs_flow_sk, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+		if (fr)
+			fr->first_seen_ns = bpf_ktime_get_ns();
+	}
+	fill_record(r, sk, tp, fr);
 	bpf_seq_write(ctx->meta->seq, r, sizeof(*r));
 	return 0;
 }

@@ -116,8 +116,9 @@ def test_loss_counter_rises_when_tbf_drops(bottleneck, iperf3) -> None:
 def test_jitter_netns_isolation_and_preexisting_flows(bottleneck, iperf3) -> None:
     """A flow started before the monitor is sampled with jitter; other netns are ignored.
 
-    The receiver namespace's sockets (iperf3 server side) must not appear, and
-    the sockops RTT state must hold only cookies of the monitored namespace.
+    The receiver namespace's sockets (iperf3 server side) must not appear; the
+    full walk adopts the pre-existing flow into the tracked set (the socket
+    storage the per-tick pass iterates), which holds only this namespace's.
     """
     with start_server(bottleneck.receiver, PORT, bind=bottleneck.receiver_addr):
         flow = start_flow(bottleneck.sender, bottleneck.receiver_addr, PORT, cca="bbr",
@@ -129,15 +130,17 @@ def test_jitter_netns_isolation_and_preexisting_flows(bottleneck, iperf3) -> Non
             dp.sample()
             rows = sample_for(dp, 2, CPORT)
             all_rows = dp.sample().to_pylist()
-            rtt_map = dp.monitor._obj.map("ccs_flow_rtt")
-            rtt_keys = {int.from_bytes(k, "little") for k in rtt_map.keys()}  # noqa: SIM118
+            tracked = dp.monitor.snapshot(full=False)  # the socket-storage pass alone
             ours = dp.monitor.netns_cookie
         flow.wait(timeout=30)
     assert rows, "pre-existing flow not sampled"
     assert all(r["rtt_samples"] > 0 and r["jitter_us"] == r["jitter_us"] for r in rows)
     assert all(r["netns_cookie"] == ours for r in all_rows)
     assert not [r for r in all_rows if r["sport"] == PORT]  # server side lives elsewhere
-    assert rtt_keys <= {r["flow_id"] for r in all_rows} | {0}
+    # the full walk adopted the pre-existing flow into the tracked set; nothing of another netns is tracked
+    assert {int(c) for c in tracked["cookie"]} <= {r["flow_id"] for r in all_rows}
+    assert set(tracked["netns_cookie"].tolist()) == {ours}
+    assert CPORT in set(tracked["sport"].tolist())
 
 
 def test_cgroup_and_tuple_identify_the_owner(bottleneck, iperf3, tmp_path) -> None:
