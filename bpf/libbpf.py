@@ -196,6 +196,16 @@ class Link:
     def attached(self) -> bool:
         return bool(self._ptr) or self._fd >= 0
 
+    def cgroup_id(self) -> int | None:
+        """The cgroup a cgroup link is attached to: 0 once detached from outside (`bpftool link
+        detach`), None when the link's info cannot be read (struct bpf_link_info: type, id,
+        prog_id, then the union whose cgroup member starts with the u64 cgroup_id at offset 16)."""
+        info = ctypes.create_string_buffer(64)
+        ln = ctypes.c_uint32(len(info))
+        if _lib.bpf_obj_get_info_by_fd(self.fd, info, ctypes.byref(ln)) != 0:
+            return None
+        return int.from_bytes(info.raw[16:24], "little")
+
     def detach(self) -> None:
         if self._ptr:
             _lib.bpf_link__destroy(self._ptr)

@@ -14,6 +14,7 @@ a cgroup outside the hooked one).  Both passes write the same records.
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from ccswitch.bpf.libbpf import BpfObject, Link, run_iter
 from ccswitch.host import cgroup2_root, netns_cookie
 
 OBJ_PATH = Path(__file__).with_name("monitor.bpf.o")
+log = logging.getLogger("ccswitch.monitor")
 FULL_WALK_EVERY_S = 5.0
 """Safety-net period of the full hash-table walk (new flows are tracked by sockops at once)."""
 
@@ -73,6 +75,7 @@ class Monitor:
             self._obj.close()
             raise
         self._last_full = -float("inf")
+        self.reattached = 0  # times the sockops hook was re-attached after an outside detach
 
     def snapshot(self, full: bool | None = None) -> np.ndarray:
         """A record per TCP socket of this netns.
@@ -80,6 +83,7 @@ class Monitor:
         full=None: the tracked pass, or the full walk when FULL_WALK_EVERY_S
         has passed since the last one; True/False force one (benchmarks).
         """
+        self._keep_sockops_attached()
         now = time.monotonic()
         if full is None:
             full = now - self._last_full >= FULL_WALK_EVERY_S
@@ -87,6 +91,20 @@ class Monitor:
             self._last_full = now
         raw = run_iter(self.iter_link if full else self.tracked_link)
         return np.frombuffer(raw, dtype=FLOW_RECORD_DTYPE)
+
+    def _keep_sockops_attached(self) -> None:
+        """Re-attach the sockops hook when something detached it from outside (one syscall per pass).
+
+        Without it new flows would reach the tracked set only through the full
+        walk, without RTT callbacks (no jitter).  One warning per detachment.
+        """
+        if self.sockops_link.cgroup_id() != 0:
+            return
+        log.warning("monitor: the sockops link was detached from outside (e.g. bpftool link detach); "
+                    "re-attaching it to %s", self.cgroup)
+        self.sockops_link.detach()
+        self.sockops_link = self._obj.attach_cgroup("ccs_sockops", self.cgroup)
+        self.reattached += 1
 
     def close(self) -> None:
         self._obj.close()

@@ -215,6 +215,7 @@ class Daemon:
     def _loop(self, ctl: Any, server: Any, wake: socket.socket) -> None:
         sel = selectors.DefaultSelector()
         sel.register(server.fileno(), selectors.EVENT_READ, "server")
+        sel.register(server.pending_fileno(), selectors.EVENT_READ, "pending")
         sel.register(wake, selectors.EVENT_READ, "wake")
         errors = 0
         next_tick = time.monotonic() + ctl.tick_s
@@ -244,6 +245,9 @@ class Daemon:
             for key, _ in sel.select(max(0.0, next_tick - now)):
                 if key.data == "server":
                     server.serve_ready()
+                    server.serve_pending()  # a request that came with its connection
+                elif key.data == "pending":
+                    server.serve_pending()
                 else:
                     try:
                         while wake.recv(64):

@@ -84,6 +84,11 @@ def read_message(sock: socket.socket) -> dict[str, Any]:
         buf += chunk
         if len(buf) > MAX_MESSAGE:
             raise ProtocolError("message too large")
+    return decode_message(bytes(buf))
+
+
+def decode_message(buf: bytes) -> dict[str, Any]:
+    """One message's bytes (a JSON object and its newline) -> the object; ProtocolError otherwise."""
     if not buf:
         raise ProtocolError("empty message")
     try:

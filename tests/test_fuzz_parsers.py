@@ -205,12 +205,17 @@ class _Recorder:
 
 
 def _exchange(server: ControlServer, payload: bytes) -> dict[str, Any]:
+    """The server's own path: accept (peer check, queue), then serve the pending until answered."""
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    with a, b:
+    with a:
         a.sendall(payload)
         a.shutdown(socket.SHUT_WR)
-        server._serve(b)
-        b.shutdown(socket.SHUT_WR)
+        server.accept_connection(b)
+        for _ in range(100):
+            server.serve_pending()
+            if b.fileno() == -1:  # answered and closed by the server
+                break
+        a.settimeout(2)
         raw = a.recv(1 << 20)
     return json.loads(raw)
 

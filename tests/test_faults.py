@@ -1,0 +1,153 @@
+"""Injected faults against a running ccswitchd with a live managed flow (issue 12).
+
+Each: the daemon keeps running, the flow keeps sending on a working CCA, one
+log line names the fault, and the daemon recovers when the fault is gone.
+
+* the monitor's sockops link detached from outside (bpftool link detach);
+* the policy file replaced with garbage, then SIGHUP;
+* the control socket flooded by 1,000 clients at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_daemon import STATIC, Daemon, data_flows, iperf, server, wait_for  # noqa: F401  (server: fixture)
+
+from ccswitch.daemon.protocol import request
+from ccswitch.models.policy import DEFAULT_POLICY
+
+pytestmark = pytest.mark.kernel
+
+
+def _links_of(pid: int) -> list[dict]:
+    """The BPF links the process holds (bpftool's view)."""
+    ids = []
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
+        except OSError:
+            continue
+        ids += [int(line.split()[1]) for line in info.splitlines() if line.startswith("link_id:")]
+    out = []
+    for lid in ids:
+        show = subprocess.run(["bpftool", "-j", "link", "show", "id", str(lid)], capture_output=True, text=True)
+        if show.returncode == 0:
+            out.append(json.loads(show.stdout))
+    return out
+
+
+def _still_sending(d: Daemon, port: int) -> list[dict]:
+    return wait_for(lambda: data_flows(d, port), 10, "the flow sending", d)
+
+
+def test_sockops_link_detached_from_outside_is_reattached(bottleneck, server, tmp_path: Path) -> None:  # noqa: F811
+    d = Daemon(bottleneck.sender, tmp_path, STATIC)
+    client = iperf(bottleneck, server, 14, "bbr")
+    try:
+        wait_for(lambda: [r for r in data_flows(d, server) if r["cca"] == "cubic"], 12, "the flow on cubic", d)
+        (sockops,) = [ln for ln in _links_of(d.proc.pid) if ln.get("type") == "cgroup"]
+        subprocess.run(["bpftool", "link", "detach", "id", str(sockops["id"])], check=True)
+        wait_for(lambda: "sockops link was detached from outside" in d.log(), 10, "the warning", d)
+        again = [ln for ln in _links_of(d.proc.pid) if ln.get("type") == "cgroup" and ln.get("cgroup_id")]
+        assert len(again) == 1 and again[0]["id"] != sockops["id"], again
+        assert d.log().count("sockops link was detached from outside") == 1
+        rows = _still_sending(d, server)
+        assert rows[0]["cca"] == "cubic" and rows[0]["throughput_bps"] > 1e6
+        assert request(d.sock, "status")["flows"] >= 1
+    finally:
+        client.wait(30)
+        assert d.stop() == 0, d.log()
+
+
+def test_garbage_policy_then_sighup_keeps_the_running_policy(bottleneck, server, tmp_path: Path) -> None:  # noqa: F811
+    policy = tmp_path / "policy.json"
+    shutil.copy(DEFAULT_POLICY, policy)
+    cfg = STATIC.replace('kind = "static"', f'kind = "dqn"\nfile = "{policy}"').replace('static_cca = "cubic"\n', "")
+    d = Daemon(bottleneck.sender, tmp_path, cfg)
+    client = iperf(bottleneck, server, 12, "bbr")
+    try:
+        wait_for(lambda: data_flows(d, server), 10, "the flow", d)
+        before = request(d.sock, "status")["policy"]
+        policy.write_text("{garbage")
+        d.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload failed, keeping the running config" in d.log(), 10, "the reload error", d)
+        assert d.proc.poll() is None
+        assert request(d.sock, "status")["policy"] == before
+        assert _still_sending(d, server)[0]["throughput_bps"] > 1e6
+        assert d.log().count("reload failed") == 1
+        shutil.copy(DEFAULT_POLICY, policy)  # the fault is gone
+        d.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "msg=reloaded" in d.log(), 10, "the reload", d)
+        assert request(d.sock, "status")["policy"]["kind"] == "dqn"
+    finally:
+        client.wait(30)
+        assert d.stop() == 0, d.log()
+
+
+def test_control_socket_flood_of_1000_clients(bottleneck, server, tmp_path: Path) -> None:  # noqa: F811
+    """1,000 connections at once, half silent, half sending a request: the daemon keeps ticking
+    through it (requests are read without blocking, silent connections dropped after 2 s, more
+    than 64 waiting get a one-line "busy"), logs the flood once, answers normally once it is
+    over, and holds no more file descriptors than before."""
+    d = Daemon(bottleneck.sender, tmp_path, STATIC)
+    client = iperf(bottleneck, server, 14, "bbr")
+    socks: list[socket.socket] = []
+    lock = threading.Lock()
+    try:
+        wait_for(lambda: [r for r in data_flows(d, server) if r["cca"] == "cubic"], 12, "the flow on cubic", d)
+        fds0 = len(os.listdir(f"/proc/{d.proc.pid}/fd"))
+        ticks0, t0 = request(d.sock, "status")["ticks"], time.monotonic()
+
+        def connect(i: int) -> None:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(5)
+            try:
+                s.connect(d.sock)
+                if i % 2:
+                    s.sendall(b'{"op": "status", "args": {}}\n')
+            except OSError:
+                s.close()
+                return
+            with lock:
+                socks.append(s)
+
+        threads = [threading.Thread(target=connect, args=(i,)) for i in range(1000)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for s in socks:
+            s.close()
+        socks.clear()
+        st = wait_for(lambda: _status_or_none(d), 15, "an answer after the flood", d)
+        elapsed = time.monotonic() - t0
+        # the loop kept its 0.2 s tick through the flood (half the ticks: margin for a loaded machine)
+        assert st["ticks"] - ticks0 >= 0.5 * elapsed / 0.2, (st["ticks"] - ticks0, elapsed)
+        assert d.log().count("control socket flooded") == 1  # the fault, named once
+        assert _still_sending(d, server)[0]["cca"] == "cubic"
+        time.sleep(2.5)  # waiting connections time out
+        fds1 = len(os.listdir(f"/proc/{d.proc.pid}/fd"))
+        assert fds1 <= fds0 + 2, (fds0, fds1)
+        assert d.proc.poll() is None
+    finally:
+        for s in socks:
+            s.close()
+        client.wait(30)
+        assert d.stop() == 0, d.log()
+
+
+def _status_or_none(d: Daemon) -> dict | None:
+    try:
+        return request(d.sock, "status", timeout=5)
+    except Exception:
+        return None
