@@ -46,13 +46,14 @@ def bpf_programs_of(pid: int) -> int:
 
 
 class Daemon:
-    def __init__(self, ns: str, tmp: Path, config: str, tag: str = "1"):
+    def __init__(self, ns: str, tmp: Path, config: str, tag: str = "1", out: Path | None = None):
+        """*out*: where the record and decisions files go (default *tmp*)."""
         self.ns, self.tmp, self.tag = ns, tmp, tag
         self.cfg = tmp / "c.toml"
         self.cfg.write_text(config)
         self.sock = str(tmp / "s.sock")
-        self.record = tmp / f"r{tag}.parquet"
-        self.decisions = tmp / "d.jsonl"
+        self.record = (out or tmp) / f"r{tag}.parquet"
+        self.decisions = (out or tmp) / "d.jsonl"
         self.err = (tmp / f"err{tag}.log").open("w")
         self.proc = subprocess.Popen(nsenter_argv(ns, [sys.executable, "-m", "ccswitch.daemon.main", "--config",
                                                        str(self.cfg), "--socket", self.sock, "--record",

@@ -5,7 +5,8 @@ log line names the fault, and the daemon recovers when the fault is gone.
 
 * the monitor's sockops link detached from outside (bpftool link detach);
 * the policy file replaced with garbage, then SIGHUP;
-* the control socket flooded by 1,000 clients at once.
+* the control socket flooded by 1,000 clients at once;
+* the recorder's disk full (a 1 MB tmpfs filled up under --record/--decisions).
 """
 
 from __future__ import annotations
@@ -151,3 +152,32 @@ def _status_or_none(d: Daemon) -> dict | None:
         return request(d.sock, "status", timeout=5)
     except Exception:
         return None
+
+
+def test_recorder_disk_full_pauses_recording_and_resumes(bottleneck, server, tmp_path: Path) -> None:  # noqa: F811
+    out = tmp_path / "small"
+    out.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "ccs-test-full", str(out)], check=True)
+    try:
+        d = Daemon(bottleneck.sender, tmp_path, STATIC, out=out)
+        client = iperf(bottleneck, server, 16, "bbr")
+        try:
+            wait_for(lambda: [r for r in data_flows(d, server) if r["cca"] == "cubic"], 12, "the flow on cubic", d)
+            filler = out / "filler"
+            subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k", "count=64"], capture_output=True)
+            wait_for(lambda: "recorder: cannot write record file" in d.log(), 10, "the disk-full warning", d)
+            assert d.proc.poll() is None and d.log().count("recorder: cannot write record file") == 1
+            assert _still_sending(d, server)[0]["cca"] == "cubic"
+            assert request(d.sock, "status")["ticks"] > 0
+            filler.unlink()  # the fault is gone
+            wait_for(lambda: "recorder: writing the record file again" in d.log(), 12, "recording resumed", d)
+            part = out / "r1.part1.parquet"
+            assert part.exists()
+        finally:
+            client.wait(30)
+            assert d.stop() == 0, d.log()
+        import pyarrow.parquet as pq
+
+        assert pq.read_table(part).num_rows > 0  # the continuation is a complete file
+    finally:
+        subprocess.run(["umount", str(out)], check=False)
