@@ -93,19 +93,10 @@ def rss_mb(pid: int) -> float:
 def flow_map_entries(pid: int) -> int:
     """Sockets in the daemon's own ccs_flow_sk map (socket storage has no key walk: its entries are
     counted by running the monitor's own storage iterator over the daemon's map from here)."""
-    from ccswitch.bpf.libbpf import BpfObject, _lib, run_iter
+    from ccswitch.bpf.libbpf import BpfObject, _lib, held_ids, run_iter
     from ccswitch.bpf.monitor import FLOW_RECORD_SIZE, OBJ_PATH
 
-    ids = []
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
-        except OSError:
-            continue
-        for line in info.splitlines():
-            if line.startswith("map_id:"):
-                ids.append(int(line.split()[1]))
-    for mid in ids:
+    for mid in held_ids(pid, "map"):
         show = json.loads(subprocess.run(["bpftool", "-j", "map", "show", "id", str(mid)], capture_output=True,
                                          text=True).stdout or "{}")
         if show.get("name") == "ccs_flow_sk":

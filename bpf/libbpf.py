@@ -457,6 +457,20 @@ def run_iter(link: Link, bufsize: int = 1 << 20) -> bytes:
         os.close(fd)
 
 
+def held_ids(pid: int, kind: str) -> list[int]:
+    """Ids of the BPF objects of `kind` ("prog", "map" or "link") process `pid` holds an fd to
+    (its /proc/PID/fdinfo lines `prog_id:` / `map_id:` / `link_id:`)."""
+    key = f"{kind}_id:"
+    ids = []
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                ids += [int(line.split()[1]) for line in f if line.startswith(key)]
+        except OSError:  # closed meanwhile
+            continue
+    return ids
+
+
 def find_map_by_name(name: str) -> int | None:
     """Open an fd to a live map by its (kernel, 15-char) name; None if absent."""
     want = name.encode()[:15]

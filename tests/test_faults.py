@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from test_daemon import STATIC, Daemon, data_flows, iperf, server, wait_for  # noqa: F401  (server: fixture)
 
+from ccswitch.bpf.libbpf import held_ids
 from ccswitch.daemon.protocol import request
 from ccswitch.models.policy import DEFAULT_POLICY
 
@@ -32,15 +33,8 @@ pytestmark = pytest.mark.kernel
 
 def _links_of(pid: int) -> list[dict]:
     """The BPF links the process holds (bpftool's view)."""
-    ids = []
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
-        except OSError:
-            continue
-        ids += [int(line.split()[1]) for line in info.splitlines() if line.startswith("link_id:")]
     out = []
-    for lid in ids:
+    for lid in held_ids(pid, "link"):
         show = subprocess.run(["bpftool", "-j", "link", "show", "id", str(lid)], capture_output=True, text=True)
         if show.returncode == 0:
             out.append(json.loads(show.stdout))
