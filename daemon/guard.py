@@ -10,8 +10,10 @@ or revert, with a reason.  Per flow, in this order:
               candidates until their hold-off time passes.
 3. preferred  best = argmax of the scores over the remaining candidates.
               best == current: keep (and the hysteresis streak restarts).
-4. margin     score[best] - score[current] < margin: keep, streak restarts.
-              (A current CCA the policy cannot score, e.g. reno, scores -inf.)
+4. margin     score[best] - score[current] < max(margin, margin_rel * |score[current]|):
+              keep, streak restarts.  (A current CCA the policy cannot score, e.g.
+              reno, scores -inf.)  The relative part follows the DQN's Q-values,
+              whose scale varies with the state (-20 to -100 on the dev split).
 5. streak     The same best must win by the margin on `consecutive`
               decisions in a row (hysteresis): until then keep.
 6. evaluating A switch is under post-switch evaluation: keep.
@@ -78,6 +80,7 @@ CAP_WINDOW_S = 60.0
 class GuardConfig:
     min_dwell_s: float = 5.0
     margin: float = 0.05
+    margin_rel: float = 0.0
     consecutive: int = 3
     max_switches_per_min: int = 4
     eval_window_s: float = 0.0
@@ -256,9 +259,10 @@ class Guard:
             return Verdict("keep", current, "policy prefers the current CCA", best)
         cur = cands.get(current, -math.inf)
         gain = cands[best] - cur
-        if gain < c.margin:
+        need = self._margin(cur)
+        if gain < need:
             fg.streak, fg.streak_to = 0, ""
-            return Verdict("keep", current, f"{best} wins by {gain:.3f} < margin {c.margin:g}", best)
+            return Verdict("keep", current, f"{best} wins by {gain:.3f} < margin {need:.3g}", best)
         fg.streak = fg.streak + 1 if fg.streak_to == best else 1
         fg.streak_to = best
         gain_s = "inf" if math.isinf(gain) else f"{gain:.3f}"
@@ -274,6 +278,12 @@ class Guard:
             return Verdict("keep", current, f"{best} preferred; damping: left {best} for {current}, going back "
                                             f"blocked for {fg.left[1] - now:.1f} s more", best)
         return Verdict("switch", best, f"{best} wins by {gain_s} over {current} on {fg.streak} decisions", best)
+
+    def _margin(self, current_score: float) -> float:
+        """How much the best CCA must beat the current one by (step 4)."""
+        if self.cfg.margin_rel > 0 and math.isfinite(current_score):
+            return max(self.cfg.margin, self.cfg.margin_rel * abs(current_score))
+        return self.cfg.margin
 
     def _blocked(self, fg: FlowGuard, current: str, best: str, what: str, now: float) -> Verdict | None:
         """Steps 6-8 (evaluation in progress, dwell, cap): a keep verdict, or None when a switch may go."""

@@ -352,14 +352,14 @@ class Daemon:
             limit = _int_arg(args, "limit", 50)
             return list(ctl.history)[-limit:] if limit > 0 else list(ctl.history)
         if op == "switch":
-            flow, cca = _int_arg(args, "flow"), _str_arg(args, "cca")
+            flow, cca = _flow_arg(args), _str_arg(args, "cca")
             if cca != "auto" and ctl._row_of(flow) is None:
                 raise ValueError(f"flow {flow} not found among this namespace's TCP sockets (closed, or in "
                                  "another namespace); list flows with `ccswitch flows`")
             return ctl.manual_switch(flow, cca, args.get("inherit"))
         if op == "explain":
             if args.get("flow") is not None:
-                return ctl.explain_flow(_int_arg(args, "flow"))
+                return ctl.explain_flow(_flow_arg(args))
             from ccswitch.daemon.explain import explain_state
 
             policy = getattr(self.decider, "policy", None) or getattr(getattr(self.decider, "inner", None),
@@ -391,6 +391,14 @@ def _int_arg(args: dict[str, Any], key: str, default: Any = _NO_DEFAULT) -> int:
         return int(v)
     except ValueError:
         raise ValueError(f"argument '{key}' must be an integer, got {v!r}") from None
+
+
+def _flow_arg(args: dict[str, Any]) -> int:
+    """A flow id: the socket cookie, an unsigned 64-bit integer (ccswitch flows lists them)."""
+    flow = _int_arg(args, "flow")
+    if not 0 <= flow < 1 << 64:
+        raise ValueError(f"argument 'flow' must be a flow id from `ccswitch flows` (0 .. 2^64-1), got {flow}")
+    return flow
 
 
 def _str_arg(args: dict[str, Any], key: str) -> str:

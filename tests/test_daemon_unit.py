@@ -60,6 +60,18 @@ def test_hysteresis_needs_consecutive_wins_by_the_margin() -> None:
     assert (v3.action, v3.to) == ("switch", "bbr")
 
 
+def test_relative_margin_scales_with_the_q_values() -> None:
+    # Q-values of -100 / -92: an absolute gain of 8 is 8 % of |Q[current]|
+    g, _ = guard(eval_window_s=0, consecutive=1, margin=0.05, margin_rel=0.1)
+    v = g.decide(1, "cubic", {"cubic": -100.0, "bbr": -92.0})
+    assert v.action == "keep" and "< margin 10" in v.reason
+    assert g.decide(1, "cubic", {"cubic": -100.0, "bbr": -89.0}).action == "switch"
+    # near zero the absolute margin still applies; an unscored current CCA (reno) always yields
+    g2, _ = guard(eval_window_s=0, consecutive=1, margin=0.05, margin_rel=0.1)
+    assert g2.decide(2, "cubic", {"cubic": -0.1, "bbr": -0.06}).action == "keep"
+    assert g2.decide(3, "reno", {"cubic": -50.0}).action == "switch"
+
+
 def test_dwell_blocks_until_min_dwell_after_a_switch() -> None:
     g, c = guard(eval_window_s=0, consecutive=1)
     assert g.decide(1, "cubic", WANT_BBR).action == "switch"
