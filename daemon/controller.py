@@ -122,6 +122,8 @@ class Controller:
         self.history: deque[dict[str, Any]] = deque(maxlen=int(cfg.daemon["history"]))
         self._pending_hist: dict[int, dict[str, Any]] = {}
         self.stats = TickStats()
+        self._refusing: dict[str, str] = {}  # CCA -> the kernel's last refusal, until a switch to it works
+        self._allowed_seen: tuple[str, ...] | None = None  # the policy's choices at the last decision
         self.started = clock()
         self.last_table: pa.Table | None = None
         self.last_decision: dict[int, dict[str, Any]] = {}
@@ -166,7 +168,23 @@ class Controller:
     def allowed(self) -> list[str]:
         host = set(self.available())
         conf = set(self.cfg.flows["ccas"])
-        return [a for a in self.decider.actions if a in host and (not conf or a in conf)]
+        out = [a for a in self.decider.actions if a in host and (not conf or a in conf)]
+        self._note_allowed(out)
+        return out
+
+    def _note_allowed(self, now: list[str]) -> None:
+        """One log line when the policy's choices change under the daemon (a CCA module unloaded,
+        PCC unregistered by another tool, or either coming back)."""
+        prev, self._allowed_seen = self._allowed_seen, tuple(now)
+        if prev is None or prev == self._allowed_seen:
+            return
+        gone, back = sorted(set(prev) - set(now)), sorted(set(now) - set(prev))
+        if gone:
+            log.warning("congestion control gone from the kernel", extra={"fields": {
+                "ccas": ",".join(gone), "allowed": ",".join(now) or "none",
+                "action": "not chosen until it is back; flows on it move to the policy's best available choice"}})
+        if back:
+            log.info("congestion control available again", extra={"fields": {"ccas": ",".join(back)}})
 
     # ---------------------------------------------------------------- tick
     def tick(self) -> None:
@@ -386,6 +404,8 @@ class Controller:
             if explored and self.explorer is not None:
                 self.explorer.applied(fid, to, res.ok)
             if res.ok:
+                if self._refusing.pop(to, None) is not None:
+                    log.info("switching works again", extra={"fields": {"cca": to, "flow": fid}})
                 self.guard.applied(fid, prev, to, kind, before=None if math.isnan(before) else before)
                 rec["verdict"] = "applied"
                 if kind == "revert":
@@ -403,8 +423,23 @@ class Controller:
             else:
                 self.stats.failed += 1
                 rec["verdict"] = f"failed: {res.error}"
-            self._log_decision(rec, logging.INFO if res.ok else logging.WARNING)
+                self._refused(fid, to, res.error or "")
+            self._log_decision(rec, logging.INFO if res.ok else logging.DEBUG)
         self._dirty = True
+
+    def _refused(self, flow: int, cca: str, error: str) -> None:
+        """The kernel refused a switch (a CCA unloaded or unregistered, a socket that went away).
+
+        The flow stays on its working CCA and the refused one is held off for it (guard.holdoff_s), so
+        the daemon does not retry every decision; one warning per CCA until a switch to it works again
+        (then one info line says it recovered).
+        """
+        self.guard.hold_off(flow, cca)
+        if cca not in self._refusing:
+            self._refusing[cca] = error
+            log.warning("switch refused by the kernel", extra={"fields": {
+                "cca": cca, "flow": flow, "error": error,
+                "action": f"flows keep their CCA; {cca} held off {self.guard.cfg.holdoff_s:g} s per flow"}})
 
     def _log_decision(self, rec: dict[str, Any], level: int, force: bool = False) -> None:
         self.recorder.decision(rec)

@@ -303,6 +303,15 @@ class Guard:
                                             f"{CAP_WINDOW_S:g} s", best)
         return None
 
+    def hold_off(self, flow: int, cca: str) -> None:
+        """Take *cca* out of the flow's candidates for holdoff_s (the kernel refused a switch to it)."""
+        fg = self.flows.get(flow)
+        if fg is None:
+            return
+        self._touched.add(flow)
+        fg.holdoff[cca] = self.clock() + self.cfg.holdoff_s
+        fg.streak, fg.streak_to = 0, ""
+
     def explore(self, flow: int, current: str, to: str, reason: str) -> Verdict:
         """An exploration switch (explore.py): like :meth:`decide` without margin and hysteresis.
 

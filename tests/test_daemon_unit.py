@@ -7,6 +7,7 @@ tests/test_daemon.py::test_daemon_switches_a_real_flow_and_respects_a_manual_pin
 from __future__ import annotations
 
 import json
+import logging
 import math
 import subprocess
 import sys
@@ -487,6 +488,58 @@ def test_exploration_skips_pinned_and_static_never_explores() -> None:
     plane = FakePlane({1: "cubic"}, {"cubic": 12.0, "bbr": 46.0, "pcc": 30.0})
     ctl, clock = _controller(plane, {"kind": "static", "static_cca": "cubic"}, EXPLORE_GUARD)
     assert ctl.explorer is None and set(_run(ctl, clock, 10)) == {"cubic"}
+
+
+def test_refused_switch_holds_off_warns_once_and_recovers(caplog: pytest.LogCaptureFixture) -> None:
+    """The kernel refuses switches to bbr (unloaded): the flow keeps cubic, the daemon does not retry
+    every decision, one warning names the fault; once bbr loads again the next try after the hold-off
+    switches and one line says so."""
+    from ccswitch.bpf.switcher import SwitchResult
+
+    class Refusing(FakePlane):
+        refuse = True
+        tries = 0
+
+        def switch_many(self, requests):
+            if not self.refuse:
+                return super().switch_many(requests)
+            self.tries += len(requests)
+            return [SwitchResult(f, c, i, ok=False, error="setsockopt(TCP_CONGESTION, bbr): No such file or "
+                                 "directory") for f, c, i in requests]
+
+    plane = Refusing({1: "cubic", 2: "cubic"}, {"cubic": 12.0, "bbr": 46.0, "pcc": 30.0})
+    guard = {**EXPLORE_GUARD, "eval_window_s": 0.0, "consecutive": 1, "holdoff_s": 20.0}
+    ctl, clock = _controller(plane, {"kind": "static", "static_cca": "bbr"}, guard)
+    with caplog.at_level(logging.INFO, logger="ccswitchd"):
+        assert set(_run(ctl, clock, 15)) == {"cubic"} and plane.cca[2] == "cubic"
+        assert plane.tries == 2  # one try per flow, then held off (not one per decision)
+        warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1 and "refused" in warnings[0].getMessage(), [r.getMessage() for r in warnings]
+        assert ctl.stats.failed == 2 and "bbr" in ctl.guard.flows[1].holdoff
+        plane.refuse = False
+        seen = _run(ctl, clock, 10)
+    assert seen[-1] == "bbr" and plane.cca[2] == "bbr"
+    assert [r.getMessage() for r in caplog.records].count("switching works again") == 1
+
+
+def test_a_cca_leaving_the_kernel_is_logged_once_and_not_chosen(caplog: pytest.LogCaptureFixture) -> None:
+    """PCC unregistered by another tool: the policy stops choosing it and a flow on it moves to the best
+    available CCA (an unregistered struct_ops CCA keeps running its sockets, but nothing vouches for it any
+    more), one warning; registered again: one info line and it is chosen again."""
+    plane = FakePlane({1: "cubic"}, {"cubic": 12.0, "bbr": 46.0, "pcc": 30.0})
+    ctl, clock = _controller(plane, {"kind": "static", "static_cca": "pcc"},
+                             {**EXPLORE_GUARD, "eval_window_s": 0.0, "consecutive": 1})
+    host = ["cubic", "bbr", "reno"]
+    ctl.available = lambda: list(host)
+    with caplog.at_level(logging.INFO, logger="ccswitchd"):
+        assert set(_run(ctl, clock, 8)) == {"cubic"}
+        host.append("pcc")
+        assert _run(ctl, clock, 8)[-1] == "pcc"
+        host.remove("pcc")
+        assert _run(ctl, clock, 8)[-1] != "pcc"
+    msgs = [r.getMessage() for r in caplog.records]
+    assert msgs.count("congestion control available again") == 1
+    assert msgs.count("congestion control gone from the kernel") == 1
 
 
 def test_monitor_read_once_per_decision_unless_recording(tmp_path: Path) -> None:
