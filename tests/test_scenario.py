@@ -18,6 +18,8 @@ from ccswitch.testbed.scenario import (
     BASE_CPORT,
     BASE_PORT,
     Codel,
+    Fq,
+    FqCodel,
     GilbertLoss,
     Pfifo,
     ScenarioError,
@@ -106,6 +108,36 @@ def test_codel_and_trace(tmp_path: Path) -> None:
     assert sc.emulator_config(["c1"], "srv", 1, tmp_path)["uplink"]["trace"] == str(tmp_path / "t.trace")
 
 
+def test_fair_queuing_qdiscs_map_onto_linkemu(tmp_path: Path) -> None:
+    """fq_codel and fq: None fields stay out of the config (linkemu's defaults), set ones pass through."""
+    def uplink(qdisc: str) -> tuple[object, dict[str, object]]:
+        sc = parse(GOOD.replace('qdisc = { kind = "pfifo", limit_pkts = 50 }', qdisc))
+        return sc.link.uplink, sc.emulator_config(["c1", "c2"], "srv", 1, tmp_path)
+
+    up, cfg = uplink('qdisc = { kind = "fq_codel" }')
+    assert up.qdisc == FqCodel() and up.queue_limit_pkts == 10_240
+    assert cfg["uplink"]["qdisc"] == {"kind": "fq_codel"}
+    assert cfg["downlink"]["qdisc"] == {"kind": "fq_codel"}  # the downlink defaults to the uplink
+    up, cfg = uplink('qdisc = { kind = "fq_codel", flows = 256, quantum = 300, target_ms = 10, interval_ms = 200, '
+                     'limit_pkts = 2000, ecn = true }')
+    assert up.queue_limit_pkts == 2000
+    assert cfg["uplink"]["qdisc"] == {"kind": "fq_codel", "flows": 256, "quantum": 300, "target_ms": 10.0,
+                                      "interval_ms": 200.0, "limit_pkts": 2000, "ecn": True}
+    up, cfg = uplink('qdisc = { kind = "fq", flow_limit_pkts = 100 }')
+    assert up.qdisc == Fq(flow_limit_pkts=100) and up.queue_limit_pkts == 10_240
+    assert cfg["uplink"]["qdisc"] == {"kind": "fq", "flow_limit_pkts": 100}
+    _, cfg = uplink('qdisc = { kind = "fq", flow_limit_pkts = 1000, limit_pkts = 1000, flows = 64, quantum = 3028 }')
+    assert cfg["uplink"]["qdisc"] == {"kind": "fq", "flow_limit_pkts": 1000, "limit_pkts": 1000, "flows": 64,
+                                      "quantum": 3028}
+    json.dumps(cfg)
+    # Bottleneck links only, as in linkemu: not the WiFi queues.
+    for kind in ("fq_codel", "fq"):
+        text = GOOD.replace("[[flows]]", "[link.wifi]\nclients = [{ phy_rate_mbit = 300 }, { phy_rate_mbit = 300 }]\n"
+                            f'queue = {{ kind = "{kind}" }}\n[[flows]]', 1)
+        with pytest.raises(ScenarioError, match=rf"^s\.toml: link\.wifi\.queue\.kind: {kind} is supported on "):
+            parse(text)
+
+
 @pytest.mark.parametrize(("change", "field", "words"), [
     (("cca = \"bbr\"", "cca = \"vegas\""), "flows[1].cca", "unknown congestion control 'vegas' (available: bbr"),
     (("duration_s = 20", "duration_s = \"long\""), "duration_s", "must be a number"),
@@ -113,7 +145,15 @@ def test_codel_and_trace(tmp_path: Path) -> None:
     (("delay_ms = 2", "delay_ms = -1"), "link.uplink.delay_ms", "must be >= 0"),
     (("delay_ms = 2", "dealy_ms = 2"), "link.uplink.dealy_ms", "unknown field"),
     (("limit_pkts = 50", "limit_pkts = 0"), "link.uplink.qdisc.limit_pkts", "must be >= 1"),
-    (("kind = \"pfifo\"", "kind = \"fq\""), "link.uplink.qdisc.kind", "unknown value 'fq'"),
+    (("kind = \"pfifo\"", "kind = \"sfq\""), "link.uplink.qdisc.kind", "unknown value 'sfq'"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"fq_codel\", quantum = 100"), "link.uplink.qdisc.quantum",
+     "must be >= 256, got 100"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"fq_codel\", flow_limit_pkts = 100"),
+     "link.uplink.qdisc.flow_limit_pkts", "unknown field"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"fq\", flow_limit_pkts = 20000"),
+     "link.uplink.qdisc.flow_limit_pkts", "must be <= limit_pkts (10240), got 20000"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"fq\", flow_limit_pkts = 0"),
+     "link.uplink.qdisc.flow_limit_pkts", "must be >= 1"),
     (("flow = \"C2\"", "flow = \"C3\""), "switches[0].flow", "no flow named 'C3'"),
     (("at_s = 5", "at_s = 25"), "switches[0].at_s", "outside flow C2's lifetime"),
     (("client = 2", "client = 2\nstart_s = 30"), "flows[1].start_s", "must be before the end"),
@@ -200,8 +240,13 @@ cw_max = 255
 collisions = false
 extra = { dist = "lognormal", median_us = 50, sigma = 1 }
 [[flows]]""", 1)
-    scenarios = [parse(full)] + [load_scenario(f, ccas=CCAS) for f in sorted(SCENARIOS.glob("*.toml"))
-                                              if f.name != "space.toml"]
+    fair = [parse(GOOD.replace('qdisc = { kind = "pfifo", limit_pkts = 50 }', q)) for q in (
+        'qdisc = { kind = "fq_codel" }',
+        'qdisc = { kind = "fq_codel", flows = 256, quantum = 300, target_ms = 10, interval_ms = 200, '
+        'limit_pkts = 2000, ecn = true }',
+        'qdisc = { kind = "fq", flow_limit_pkts = 1000, limit_pkts = 1000, flows = 64, quantum = 3028 }')]
+    scenarios = [parse(full), *fair] + [load_scenario(f, ccas=CCAS) for f in sorted(SCENARIOS.glob("*.toml"))
+                                        if f.name != "space.toml"]
     for sc in scenarios:
         if sc.link.emulator != "linkemu":
             continue

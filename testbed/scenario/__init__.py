@@ -23,6 +23,9 @@ A scenario is a TOML file (examples in ``testbed/scenarios/``)::
     qdisc = { kind = "pfifo", limit_pkts = 50 }    # or { kind = "codel", target_ms, interval_ms, ... }
                                          # or { kind = "dualpi2", target_ms = 15, ... } (RFC 9332;
                                          # fields: see DualPi2 below and testbed/linkemu/README.md)
+                                         # or { kind = "fq_codel" } (RFC 8290: flows, quantum, target_ms,
+                                         # interval_ms, limit_pkts, ecn) or { kind = "fq",
+                                         # flow_limit_pkts = 100 } (per-flow queues, static per-flow limit)
     loss = { model = "bernoulli", p = 0.001 }      # optional; or { model = "gilbert", p_gb, p_bg, ... }
     overhead_bytes = 14                  # optional, charged per packet
     [link.downlink]                      # server -> client; default: the uplink without its loss
@@ -91,6 +94,8 @@ from .model import (
     Dist,
     DualPi2,
     Flow,
+    Fq,
+    FqCodel,
     GilbertLoss,
     Link,
     LinkDir,
@@ -124,6 +129,8 @@ __all__ = [
     "Dist",
     "DualPi2",
     "Flow",
+    "Fq",
+    "FqCodel",
     "GilbertLoss",
     "Link",
     "LinkDir",

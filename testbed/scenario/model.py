@@ -135,6 +135,49 @@ DUALPI2_SCHEDULERS = ("wrr", "tsfifo")
 
 
 @dataclass(frozen=True)
+class FqCodel:
+    """fq_codel (RFC 8290) in linkemu; None fields take linkemu's defaults (Linux sch_fq_codel's).
+
+    ``flows`` 1024 hash queues, DRR ``quantum`` 1514 bytes, per-queue CoDel ``target_ms`` 5 /
+    ``interval_ms`` 100, ``limit_pkts`` 10240 in all queues (beyond it the fattest queue loses
+    its head packet), ``ecn`` false (Linux: true; the testbed's TCP flows do not negotiate ECN).
+    """
+
+    flows: int | None = None
+    quantum: int | None = None
+    target_ms: float | None = None
+    interval_ms: float | None = None
+    limit_pkts: int | None = None
+    ecn: bool | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        return {"kind": "fq_codel", **_present(self)}
+
+
+@dataclass(frozen=True)
+class Fq:
+    """Per-flow fair queuing without AQM in linkemu: fq_codel's queues and DRR, a static limit per flow.
+
+    ``flow_limit_pkts`` 100 (tail drop per flow queue; the papers also use 1000), ``limit_pkts``
+    10240 in all queues, ``flows`` 1024, ``quantum`` 1514; None fields take these defaults.
+    """
+
+    flow_limit_pkts: int | None = None
+    limit_pkts: int | None = None
+    flows: int | None = None
+    quantum: int | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        return {"kind": "fq", **_present(self)}
+
+
+FQ_DEFAULT_LIMIT_PKTS = 10_240
+"""linkemu's ``limit_pkts`` default of fq_codel and fq (Linux fq_codel's 10 * 1024)."""
+FQ_DEFAULT_FLOW_LIMIT_PKTS = 100
+QDISC_KINDS = ("pfifo", "codel", "dualpi2", "fq_codel", "fq")
+
+
+@dataclass(frozen=True)
 class LinkDir:
     """One direction of the emulated link (linkemu's ``uplink`` / ``downlink``)."""
 
@@ -145,7 +188,7 @@ class LinkDir:
     delay_ms: float = 0.0
     """One-way propagation delay after the bottleneck."""
     loss: BernoulliLoss | GilbertLoss | None = None
-    qdisc: Pfifo | Codel | DualPi2 | None = None
+    qdisc: Pfifo | Codel | DualPi2 | FqCodel | Fq | None = None
     """None: linkemu's default (pfifo, 1000 packets)."""
     overhead_bytes: int | None = None
     """Bytes added to each IP packet when charging it to the rate."""
@@ -160,8 +203,11 @@ class LinkDir:
 
     @property
     def queue_limit_pkts(self) -> int:
+        """Packets the qdisc holds at most (all its queues together)."""
         if isinstance(self.qdisc, DualPi2):
             return self.qdisc.limit_pkts if self.qdisc.limit_pkts is not None else 10_000
+        if isinstance(self.qdisc, FqCodel | Fq):
+            return self.qdisc.limit_pkts if self.qdisc.limit_pkts is not None else FQ_DEFAULT_LIMIT_PKTS
         return self.qdisc.limit_pkts if self.qdisc is not None else Pfifo().limit_pkts
 
 

@@ -24,10 +24,13 @@ from .model import (
     EMULATORS,
     FALLBACK_CCAS,
     FLOW_KINDS,
+    FQ_DEFAULT_FLOW_LIMIT_PKTS,
+    FQ_DEFAULT_LIMIT_PKTS,
     INHERIT_MODES,
     MAX_CLIENTS,
     MIN_INTERVAL_S,
     NAME_RE,
+    QDISC_KINDS,
     AccessDelay,
     Aggregation,
     BernoulliLoss,
@@ -37,6 +40,8 @@ from .model import (
     Dist,
     DualPi2,
     Flow,
+    Fq,
+    FqCodel,
     GilbertLoss,
     Link,
     LinkDir,
@@ -117,10 +122,38 @@ def _dualpi2(t: Table) -> DualPi2:
     return DualPi2(classifier=classifier, scheduler=scheduler, l_dscp=dscp, **v)
 
 
-def _qdisc(t: Table) -> Pfifo | Codel | DualPi2:
-    kind = t.string("kind", required=True, choices=("pfifo", "codel", "dualpi2"))
+_FQ_QUEUES = {"flows": ("int", 1, 65_536), "quantum": ("int", 256, 1 << 20)}
+"""fq_codel's and fq's flow queues; ranges as linkemu checks them (config.rs flow_queues)."""
+
+
+def _fq_codel(t: Table) -> FqCodel:
+    """The fq_codel qdisc table (config.rs QdiscConfig::validate)."""
+    v = _optional(t, {**_FQ_QUEUES, "target_ms": ("pos", None, 60_000.0), "interval_ms": ("pos", None, 60_000.0),
+                      "limit_pkts": ("int", 1, 10_000_000), "ecn": ("bool", None, None)})
+    t.done()
+    return FqCodel(**v)
+
+
+def _fq(t: Table) -> Fq:
+    """The fq qdisc table: a static per-flow limit, at most the overall limit."""
+    v = _optional(t, {**_FQ_QUEUES, "flow_limit_pkts": ("int", 1, 10_000_000),
+                      "limit_pkts": ("int", 1, 10_000_000)})
+    limit = v.get("limit_pkts", FQ_DEFAULT_LIMIT_PKTS)
+    flow_limit = v.get("flow_limit_pkts", FQ_DEFAULT_FLOW_LIMIT_PKTS)
+    if flow_limit > limit:
+        t.err(t.here("flow_limit_pkts"), f"must be <= limit_pkts ({limit}), got {flow_limit}")
+    t.done()
+    return Fq(**v)
+
+
+def _qdisc(t: Table) -> Pfifo | Codel | DualPi2 | FqCodel | Fq:
+    kind = t.string("kind", required=True, choices=QDISC_KINDS)
     if kind == "dualpi2":
         return _dualpi2(t)
+    if kind == "fq_codel":
+        return _fq_codel(t)
+    if kind == "fq":
+        return _fq(t)
     limit = int(t.integer("limit_pkts", 1000, lo=1, hi=10_000_000) or 1000)
     if kind == "pfifo":
         q: Pfifo | Codel = Pfifo(limit)
@@ -206,8 +239,9 @@ def _wifi(t: Table, clients: int) -> Wifi:
         pt.done()
     qt = t.table("queue")
     queue = _qdisc(qt) if qt is not None else None
-    if isinstance(queue, DualPi2):
-        t.err(f"{t.here('queue')}.kind", "dualpi2 is supported on link.uplink/downlink only, not WiFi queues")
+    if isinstance(queue, DualPi2 | FqCodel | Fq):
+        t.err(f"{t.here('queue')}.kind", f"{queue.to_config()['kind']} is supported on link.uplink/downlink only, "
+                                          "not WiFi queues (use pfifo or codel)")
     wifi = Wifi(tuple(stations), agg, acc, phy, queue)
     t.done()
     return wifi

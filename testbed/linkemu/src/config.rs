@@ -158,7 +158,7 @@ fn one() -> f64 {
     1.0
 }
 
-/// Queue discipline: `{"kind": "pfifo", ...}`, `{"kind": "codel", ...}` or `{"kind": "dualpi2", ...}`.
+/// Queue discipline: `{"kind": "pfifo" | "codel" | "dualpi2" | "fq_codel" | "fq", ...}`.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind")]
 pub enum QdiscConfig {
@@ -168,6 +168,10 @@ pub enum QdiscConfig {
     Codel(Codel),
     #[serde(rename = "dualpi2")]
     DualPi2(DualPi2),
+    #[serde(rename = "fq_codel")]
+    FqCodel(FqCodel),
+    #[serde(rename = "fq")]
+    Fq(Fq),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -229,13 +233,62 @@ pub struct DualPi2 {
     pub drop_on_overload: bool,
 }
 
+/// fq_codel (RFC 8290), see `qdisc/fq_codel.rs`.  Defaults are Linux
+/// sch_fq_codel's, except `ecn` (off here, on in Linux).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FqCodel {
+    /// Flow queues the 5-tuples hash into (Linux: 1024, at most 65536).
+    pub flows: usize,
+    /// Bytes a queue may send per round of the deficit round robin (Linux: the
+    /// device MTU + Ethernet header, 1514).
+    pub quantum: usize,
+    /// CoDel target and interval of every flow queue.
+    pub target_ms: f64,
+    pub interval_ms: f64,
+    /// Packets in all queues together; beyond it the fattest queue loses its head.
+    pub limit_pkts: usize,
+    /// CE-mark ECN-capable packets instead of dropping them (Linux: on; here off,
+    /// like `codel`: the testbed's TCP flows do not negotiate ECN by default).
+    pub ecn: bool,
+}
+
+impl Default for FqCodel {
+    fn default() -> Self {
+        Self { flows: 1024, quantum: 1514, target_ms: 5.0, interval_ms: 100.0, limit_pkts: 10_240, ecn: false }
+    }
+}
+
+/// fq: per-flow queues as fq_codel's, no AQM, a static per-flow limit (`qdisc/fq.rs`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Fq {
+    /// Flow queues the 5-tuples hash into.
+    pub flows: usize,
+    /// Bytes per queue per round.
+    pub quantum: usize,
+    /// Packets one flow queue holds before it tail-drops (Linux sch_fq's flow_limit: 100).
+    pub flow_limit_pkts: usize,
+    /// Packets in all queues together before any arrival is tail-dropped.
+    pub limit_pkts: usize,
+}
+
+impl Default for Fq {
+    fn default() -> Self {
+        Self { flows: 1024, quantum: 1514, flow_limit_pkts: 100, limit_pkts: 10_240 }
+    }
+}
+
 impl<'de> Deserialize<'de> for QdiscConfig {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (tag, v) = split_tag::<D::Error>(Value::deserialize(d)?, "kind", &["pfifo", "codel", "dualpi2"])?;
+        let kinds = ["pfifo", "codel", "dualpi2", "fq_codel", "fq"];
+        let (tag, v) = split_tag::<D::Error>(Value::deserialize(d)?, "kind", &kinds)?;
         Ok(match tag.as_str() {
             "pfifo" => QdiscConfig::Pfifo(sub(v)?),
             "codel" => QdiscConfig::Codel(sub(v)?),
-            _ => QdiscConfig::DualPi2(sub(v)?),
+            "dualpi2" => QdiscConfig::DualPi2(sub(v)?),
+            "fq_codel" => QdiscConfig::FqCodel(sub(v)?),
+            _ => QdiscConfig::Fq(sub(v)?),
         })
     }
 }
@@ -703,9 +756,60 @@ impl QdiscConfig {
                 }
             }
             QdiscConfig::DualPi2(q) => q.validate(at)?,
+            QdiscConfig::FqCodel(q) => {
+                flow_queues(at, q.flows, q.quantum)?;
+                positive(&format!("{at}.target_ms"), q.target_ms)?;
+                positive(&format!("{at}.interval_ms"), q.interval_ms)?;
+                packet_limit(&format!("{at}.limit_pkts"), q.limit_pkts)?;
+            }
+            QdiscConfig::Fq(q) => {
+                flow_queues(at, q.flows, q.quantum)?;
+                packet_limit(&format!("{at}.limit_pkts"), q.limit_pkts)?;
+                if q.flow_limit_pkts == 0 || q.flow_limit_pkts > q.limit_pkts {
+                    return Err(ConfigError::new(
+                        format!("{at}.flow_limit_pkts"),
+                        format!("must be 1..limit_pkts ({}), got {}", q.limit_pkts, q.flow_limit_pkts),
+                    ));
+                }
+            }
         }
         Ok(())
     }
+
+    /// Disciplines the WiFi queues cannot run, with the reason.
+    fn wifi_unsupported(&self) -> Option<&'static str> {
+        match self {
+            QdiscConfig::DualPi2(_) => Some(
+                "dualpi2 is supported on uplink/downlink qdiscs only (WiFi queues have no timer for its PI controller)",
+            ),
+            QdiscConfig::FqCodel(_) | QdiscConfig::Fq(_) => Some(
+                "fq_codel and fq are supported on uplink/downlink qdiscs only (the WiFi hop's drop accounting \
+                 assumes the refused packet is the arriving one); use pfifo or codel here",
+            ),
+            _ => None,
+        }
+    }
+}
+
+/// Linux's ranges for fq_codel's `flows` and `quantum`.
+fn flow_queues(at: &str, flows: usize, quantum: usize) -> Result<(), ConfigError> {
+    if !(1..=65_536).contains(&flows) {
+        return Err(ConfigError::new(format!("{at}.flows"), format!("must be 1..65536 (default 1024), got {flows}")));
+    }
+    if !(256..=1 << 20).contains(&quantum) {
+        return Err(ConfigError::new(
+            format!("{at}.quantum"),
+            format!("must be 256..1048576 bytes (default 1514, one Ethernet frame), got {quantum}"),
+        ));
+    }
+    Ok(())
+}
+
+fn packet_limit(field: &str, v: usize) -> Result<(), ConfigError> {
+    if v == 0 || v > 10_000_000 {
+        return Err(ConfigError::new(field, format!("must be 1..10000000, got {v}")));
+    }
+    Ok(())
 }
 
 impl DualPi2 {
@@ -841,11 +945,8 @@ impl WifiConfig {
         non_negative(&format!("{at}.phy.preamble_us"), p.preamble_us)?;
         non_negative(&format!("{at}.phy.sifs_us"), p.sifs_us)?;
         non_negative(&format!("{at}.phy.block_ack_us"), p.block_ack_us)?;
-        if matches!(self.queue, QdiscConfig::DualPi2(_)) {
-            return Err(ConfigError::new(
-                format!("{at}.queue.kind"),
-                "dualpi2 is supported on uplink/downlink qdiscs only (WiFi queues have no timer for its PI controller)",
-            ));
+        if let Some(why) = self.queue.wifi_unsupported() {
+            return Err(ConfigError::new(format!("{at}.queue.kind"), why));
         }
         self.queue.validate(&format!("{at}.queue"))?;
         Ok(())
@@ -949,6 +1050,56 @@ mod tests {
             "\"wifi\": {\"clients\": [{\"phy_rate_mbit\": 1}, {\"phy_rate_mbit\": 1}], \"queue\": {\"kind\": \"dualpi2\"}}",
         ));
         assert_eq!(e.field, "wifi.queue.kind", "{e}");
+    }
+
+    #[test]
+    fn fair_queuing_defaults_and_errors() {
+        let q = |q: &str| BASE.replace(r#"{"kind": "pfifo", "limit_pkts": 50}"#, q);
+        let c = Config::from_json(&q(r#"{"kind": "fq_codel"}"#)).unwrap();
+        c.validate().unwrap();
+        let QdiscConfig::FqCodel(f) = &c.uplink.qdisc else { panic!() };
+        assert_eq!((f.flows, f.quantum, f.limit_pkts, f.ecn), (1024, 1514, 10_240, false));
+        assert_eq!((f.target_ms, f.interval_ms), (5.0, 100.0));
+        let c = Config::from_json(&q(r#"{"kind": "fq", "flow_limit_pkts": 1000}"#)).unwrap();
+        c.validate().unwrap();
+        let QdiscConfig::Fq(f) = &c.uplink.qdisc else { panic!() };
+        assert_eq!((f.flows, f.quantum, f.flow_limit_pkts, f.limit_pkts), (1024, 1514, 1000, 10_240));
+        let QdiscConfig::Fq(f) = Config::from_json(&q(r#"{"kind": "fq"}"#)).unwrap().uplink.qdisc else { panic!() };
+        assert_eq!(f.flow_limit_pkts, 100);
+        for (text, field, words) in [
+            (r#"{"kind": "fq_codel", "flows": 0}"#, "uplink.qdisc.flows", "must be 1..65536"),
+            (r#"{"kind": "fq_codel", "flows": 70000}"#, "uplink.qdisc.flows", "must be 1..65536"),
+            (r#"{"kind": "fq_codel", "quantum": 100}"#, "uplink.qdisc.quantum", "must be 256..1048576 bytes"),
+            (r#"{"kind": "fq_codel", "target_ms": 0}"#, "uplink.qdisc.target_ms", "positive"),
+            (r#"{"kind": "fq_codel", "interval_ms": -1}"#, "uplink.qdisc.interval_ms", "positive"),
+            (r#"{"kind": "fq_codel", "limit_pkts": 0}"#, "uplink.qdisc.limit_pkts", "must be 1..10000000"),
+            (r#"{"kind": "fq_codel", "ecn": 1}"#, "uplink.qdisc.ecn", "invalid type"),
+            (r#"{"kind": "fq_codel", "flow_limit_pkts": 100}"#, "uplink.qdisc.flow_limit_pkts", "unknown field"),
+            (r#"{"kind": "fq", "flow_limit_pkts": 0}"#, "uplink.qdisc.flow_limit_pkts", "must be 1..limit_pkts"),
+            (r#"{"kind": "fq", "flow_limit_pkts": 200, "limit_pkts": 100}"#, "uplink.qdisc.flow_limit_pkts", "(100)"),
+            (r#"{"kind": "fq", "quantum": 2000000}"#, "uplink.qdisc.quantum", "must be 256..1048576"),
+            (r#"{"kind": "fq", "target_ms": 5}"#, "uplink.qdisc.target_ms", "unknown field"),
+            (
+                r#"{"kind": "fq_codl"}"#,
+                "uplink.qdisc.kind",
+                "expected one of `pfifo`, `codel`, `dualpi2`, `fq_codel`, `fq`",
+            ),
+        ] {
+            let e = err(&q(text));
+            assert_eq!(e.field, field, "{text}: {e}");
+            assert!(e.msg.contains(words), "{text}: {e}");
+        }
+        for kind in ["fq_codel", "fq"] {
+            let e = err(&BASE.replace(
+                "\"wifi\": null",
+                &format!(
+                    "\"wifi\": {{\"clients\": [{{\"phy_rate_mbit\": 1}}, {{\"phy_rate_mbit\": 1}}], \
+                     \"queue\": {{\"kind\": \"{kind}\"}}}}"
+                ),
+            ));
+            assert_eq!(e.field, "wifi.queue.kind", "{e}");
+            assert!(e.msg.contains("uplink/downlink qdiscs only"), "{e}");
+        }
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! * [`time`]: nanosecond instants, the injectable clock;
 //! * [`config`]: the JSON configuration and its validation;
 //! * [`packet`]: frames and the metadata tracked per packet (ECN, marks);
-//! * [`qdisc`]: the queue discipline trait, [`qdisc::pfifo`], [`qdisc::codel`];
+//! * [`flow`]: 5-tuple flow keys and their seeded hash (fair queuing);
+//! * [`qdisc`]: the queue discipline trait, [`qdisc::pfifo`], [`qdisc::codel`],
+//!   [`qdisc::dualpi2`], [`qdisc::fq_codel`], [`qdisc::fq`];
 //! * [`loss`]: Bernoulli and Gilbert-Elliott loss;
 //! * [`trace`]: Mahimahi delivery traces;
 //! * [`link`]: one direction of the bottleneck (loss, qdisc, rate/trace, delay);
@@ -15,6 +17,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod flow;
 pub mod histogram;
 pub mod io;
 pub mod link;

@@ -15,7 +15,11 @@
 //! checksum (RFC 1624 would allow an incremental update; recomputing 20-60
 //! bytes is as cheap and obviously right).  IPv6 has no header checksum and the
 //! traffic class is not part of any transport checksum.
+//!
+//! Fair-queuing disciplines classify packets by their 5-tuple
+//! ([`Packet::flow_key`], [`Packet::flow_bucket`]; see [`crate::flow`]).
 
+use crate::flow::{self, FlowKey};
 use crate::time::Nanos;
 
 /// Size of `struct virtio_net_hdr` (no `num_buffers`).
@@ -69,6 +73,9 @@ pub enum QClass {
     L4s,
 }
 
+/// [`Packet::flow`] of a packet no fair-queuing discipline has classified.
+pub const NO_FLOW: u32 = u32::MAX;
+
 /// Direction through the emulator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dir {
@@ -112,6 +119,9 @@ pub struct Packet {
     pub marked: bool,
     /// Queue class a dual-queue discipline put it in (per-class statistics).
     pub class: QClass,
+    /// Index of its flow in a fair-queuing discipline's per-flow statistics
+    /// ([`NO_FLOW`] otherwise).
+    pub flow: u32,
 }
 
 impl Packet {
@@ -128,6 +138,7 @@ impl Packet {
             wifi_wait: 0,
             marked: false,
             class: QClass::None,
+            flow: NO_FLOW,
         };
         p.parse();
         p
@@ -252,6 +263,20 @@ impl Packet {
         }
     }
 
+    /// The flow's 5-tuple; None if the packet is not IP or its IP header is truncated.
+    pub fn flow_key(&self) -> Option<FlowKey> {
+        if !self.is_ip() {
+            return None;
+        }
+        flow::parse(&self.frame()[self.l3 as usize..])
+    }
+
+    /// The queue among `buckets` a fair-queuing discipline hashing with
+    /// `seed` puts this packet in; 0 for packets without a flow key.
+    pub fn flow_bucket(&self, seed: u64, buckets: usize) -> usize {
+        self.flow_key().map_or(0, |k| k.bucket(seed, buckets))
+    }
+
     /// Set CE on an ECN-capable packet; false (packet unchanged) otherwise.
     pub fn mark_ce(&mut self) -> bool {
         if !self.ecn().capable() {
@@ -327,6 +352,16 @@ pub mod build {
         ip[11] = 0;
         let c = ipv4_checksum(&ip[..20]);
         ip[10..12].copy_from_slice(&c.to_be_bytes());
+        f
+    }
+
+    /// Like [`ipv4_udp`] (10.0.0.1 -> 10.0.0.2) with UDP ports: one flow per port pair.
+    pub fn ipv4_udp_ports(dst: Mac, src: Mac, ip_len: usize, ecn: Ecn, sport: u16, dport: u16) -> Vec<u8> {
+        let mut f = ipv4_udp(dst, src, ip_len, ecn);
+        let udp = &mut f[ETH_HLEN + 20..];
+        udp[..2].copy_from_slice(&sport.to_be_bytes());
+        udp[2..4].copy_from_slice(&dport.to_be_bytes());
+        udp[4..6].copy_from_slice(&((ip_len - 20) as u16).to_be_bytes());
         f
     }
 

@@ -347,3 +347,48 @@ fn client_delay_needs_one_value_per_client() {
     let negative = Config::from_json(&cfg(r#", "client_delay_ms": [0, -1]"#)).unwrap();
     assert_eq!(negative.validate().unwrap_err().field, "client_delay_ms[1]");
 }
+
+#[test]
+fn fq_codel_uplink_isolates_clients_and_reports_flows() {
+    // Uplink: fq_codel at 12 Mbit/s.  Client 0 floods at 2x the rate from
+    // port 1; client 1 sends 1 Mbit/s from port 2.  Client 1 loses nothing and
+    // queues for the packet on the wire (1 ms; 2 ms at the start, when both
+    // flows are new and the flood still has deficit left); summary.json's
+    // qdisc_stats lists both flows with their verdicts.
+    let up = r#""uplink": {"rate_mbit": 12.0, "delay_ms": 5, "qdisc": {"kind": "fq_codel"}}"#;
+    let json = cfg("")
+        .replace(r#""uplink": {"rate_mbit": 12.0, "delay_ms": 5, "qdisc": {"kind": "pfifo", "limit_pkts": 10}}"#, up);
+    let mut s = Sim::new(&json.replace("\"per_packet\": true", "\"per_packet\": false"));
+    let dur = 5 * NS_PER_S;
+    let (mut th, mut tl) = (T0, T0 + 7 * NS_PER_US);
+    while th.min(tl) < T0 + dur {
+        if th <= tl {
+            s.inject(th, 0, build::ipv4_udp_ports(SRV, C0, 1500, Ecn::NotEct, 1, 5201));
+            th += 500 * NS_PER_US;
+        } else {
+            s.inject(tl, 1, build::ipv4_udp_ports(SRV, C1, 1500, Ecn::NotEct, 2, 5201));
+            tl += 12 * NS_PER_MS;
+        }
+    }
+    s.run_until(T0 + dur + 100 * NS_PER_MS);
+    let inside = s.engine.finish(s.clock.now());
+    let j = s.engine.stats.direction_json(Dir::Up, inside[0]);
+    let (c0, c1) = (&j["clients"][0], &j["clients"][1]);
+    assert_eq!(c1["drops_total"], 0, "{c1}");
+    assert!(c1["sojourn_us"]["p99"].as_f64().unwrap() <= 1_000.0, "{c1}");
+    assert!(c1["sojourn_us"]["max"].as_f64().unwrap() <= 2_000.0, "{c1}");
+    // The flood builds a queue of its own (below the 10240-packet limit in
+    // 5 s) and CoDel drops from it.
+    assert!(c0["drops"]["aqm"].as_u64().unwrap() > 500, "{c0}");
+    let q = s.engine.link(Dir::Up).qdisc().stats_json().unwrap();
+    assert_eq!(
+        (q["kind"].as_str(), q["flows_seen"].as_u64(), q["shared_queues"].as_u64()),
+        (Some("fq_codel"), Some(2), Some(0))
+    );
+    let flows = q["top_flows"].as_array().unwrap();
+    assert_eq!((flows[0]["sport"].as_u64(), flows[1]["sport"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(flows[1]["drops"], serde_json::json!({"overflow": 0, "flow_limit": 0, "aqm": 0}));
+    let dropped = q["drops"]["overflow"].as_u64().unwrap() + q["drops"]["aqm"].as_u64().unwrap();
+    assert_eq!(dropped, c0["drops_total"].as_u64().unwrap());
+    assert_eq!(s.engine.link(Dir::Up).qdisc_kind(), "fq_codel");
+}

@@ -15,6 +15,13 @@
 //! before the control law is applied in the dropping loop), with an exact
 //! square root instead of Linux's Newton iteration.  Tail drop at
 //! `limit_pkts` packets protects memory, as in Linux's `codel` qdisc.
+//!
+//! The control law lives in [`CodelVars`] (Linux's struct codel_vars: the
+//! state of one managed queue) and works on anything that implements
+//! [`CodelQueue`], so fq_codel runs one CoDel per flow queue with the same
+//! code.  The "at most one MTU" rule looks at [`CodelQueue::backlog`]: the
+//! FIFO's bytes for [`Codel`], the whole discipline's bytes for fq_codel
+//! (Linux passes `sch->qstats.backlog` there too).
 
 use super::fifo::Fifo;
 use super::{DropCause, Dropped, Qdisc};
@@ -24,68 +31,86 @@ use crate::time::Nanos;
 /// The MAXPACKET of RFC 8289: a queue holding no more than this is never "standing".
 pub const MTU_BYTES: usize = 1500;
 
-pub struct Codel {
-    target: Nanos,
-    interval: Nanos,
-    limit: usize,
-    ecn: bool,
-    q: Fifo,
-    // Control state.
+/// CoDel's parameters, shared by every queue a discipline manages.
+#[derive(Debug, Clone, Copy)]
+pub struct CodelParams {
+    pub target: Nanos,
+    pub interval: Nanos,
+    /// CE-mark ECN-capable packets instead of dropping them.
+    pub ecn: bool,
+}
+
+/// The queue CoDel dequeues from.
+pub trait CodelQueue {
+    /// Take the head packet.
+    fn pop(&mut self) -> Option<Packet>;
+    /// Bytes still queued (after the pop) for the one-MTU rule.
+    fn backlog(&self) -> usize;
+}
+
+impl CodelQueue for Fifo {
+    fn pop(&mut self) -> Option<Packet> {
+        Fifo::pop(self)
+    }
+    fn backlog(&self) -> usize {
+        self.bytes()
+    }
+}
+
+/// Control state of one CoDel-managed queue (Linux struct codel_vars).
+#[derive(Debug, Clone, Default)]
+pub struct CodelVars {
     first_above_time: Nanos,
     drop_next: Nanos,
     count: u32,
     lastcount: u32,
     dropping: bool,
+    /// CE marks made so far (statistics).
+    marks: u64,
 }
 
-impl Codel {
-    pub fn new(target: Nanos, interval: Nanos, limit_pkts: usize, ecn: bool) -> Self {
-        Self {
-            target,
-            interval,
-            limit: limit_pkts,
-            ecn,
-            q: Fifo::default(),
-            first_above_time: 0,
-            drop_next: 0,
-            count: 0,
-            lastcount: 0,
-            dropping: false,
-        }
+impl CodelVars {
+    fn control_law(&self, prm: &CodelParams, t: Nanos) -> Nanos {
+        t + (prm.interval as f64 / (self.count.max(1) as f64).sqrt()) as Nanos
     }
 
-    fn control_law(&self, t: Nanos) -> Nanos {
-        t + (self.interval as f64 / (self.count.max(1) as f64).sqrt()) as Nanos
-    }
-
-    /// RFC 8289's ok_to_drop for the packet just dequeued.
-    fn should_drop(&mut self, pkt: Option<&Packet>, now: Nanos) -> bool {
+    /// RFC 8289's ok_to_drop for the packet just dequeued (`backlog`: what is left).
+    fn should_drop(&mut self, prm: &CodelParams, pkt: Option<&Packet>, backlog: usize, now: Nanos) -> bool {
         let Some(p) = pkt else {
             self.first_above_time = 0;
             return false;
         };
         let sojourn = now.saturating_sub(p.enqueued);
-        if sojourn < self.target || self.q.bytes() <= MTU_BYTES {
+        if sojourn < prm.target || backlog <= MTU_BYTES {
             self.first_above_time = 0;
             return false;
         }
         if self.first_above_time == 0 {
-            self.first_above_time = now + self.interval;
+            self.first_above_time = now + prm.interval;
             false
         } else {
             now >= self.first_above_time
         }
     }
-}
 
-impl Qdisc for Codel {
-    fn enqueue(&mut self, pkt: Packet, now: Nanos) -> Result<(), Box<Dropped>> {
-        self.q.push_limited(pkt, now, self.limit)
+    fn mark(&mut self, prm: &CodelParams, p: &mut Packet) -> bool {
+        let marked = prm.ecn && p.mark_ce();
+        self.marks += marked as u64;
+        marked
     }
 
-    fn dequeue(&mut self, now: Nanos, drops: &mut Vec<Dropped>) -> Option<Packet> {
-        let mut pkt = self.q.pop();
-        let drop = self.should_drop(pkt.as_ref(), now);
+    /// Linux codel_dequeue(): the next packet of `q` at `now`, after the
+    /// drops the control law calls for (pushed to `drops`); the packet may
+    /// come back CE-marked instead of dropped.
+    pub fn dequeue<Q: CodelQueue>(
+        &mut self,
+        prm: &CodelParams,
+        q: &mut Q,
+        now: Nanos,
+        drops: &mut Vec<Dropped>,
+    ) -> Option<Packet> {
+        let mut pkt = q.pop();
+        let drop = self.should_drop(prm, pkt.as_ref(), q.backlog(), now);
         let Some(mut p) = pkt.take() else {
             self.dropping = false;
             return None;
@@ -96,20 +121,20 @@ impl Qdisc for Codel {
             } else {
                 while self.dropping && now >= self.drop_next {
                     self.count += 1;
-                    self.drop_next = self.control_law(self.drop_next);
-                    if self.ecn && p.mark_ce() {
+                    self.drop_next = self.control_law(prm, self.drop_next);
+                    if self.mark(prm, &mut p) {
                         return Some(p);
                     }
                     drops.push(Dropped { pkt: p, cause: DropCause::Aqm });
-                    match self.q.pop() {
+                    match q.pop() {
                         Some(next) => {
-                            if !self.should_drop(Some(&next), now) {
+                            if !self.should_drop(prm, Some(&next), q.backlog(), now) {
                                 self.dropping = false;
                             }
                             p = next;
                         }
                         None => {
-                            self.should_drop(None, now);
+                            self.should_drop(prm, None, 0, now);
                             self.dropping = false;
                             return None;
                         }
@@ -117,26 +142,84 @@ impl Qdisc for Codel {
                 }
             }
         } else if drop {
-            if !(self.ecn && p.mark_ce()) {
+            if !self.mark(prm, &mut p) {
                 drops.push(Dropped { pkt: p, cause: DropCause::Aqm });
-                match self.q.pop() {
+                match q.pop() {
                     Some(next) => {
                         // Updates first_above_time, as Linux does.
-                        self.should_drop(Some(&next), now);
+                        self.should_drop(prm, Some(&next), q.backlog(), now);
                         p = next;
                     }
                     None => {
-                        self.should_drop(None, now);
+                        self.should_drop(prm, None, 0, now);
                         // Enter the dropping state anyway, as Linux does; the
                         // next dequeue of an empty queue leaves it.
-                        self.enter_dropping(now);
+                        self.enter_dropping(prm, now);
                         return None;
                     }
                 }
             }
-            self.enter_dropping(now);
+            self.enter_dropping(prm, now);
         }
         Some(p)
+    }
+
+    fn enter_dropping(&mut self, prm: &CodelParams, now: Nanos) {
+        self.dropping = true;
+        let delta = self.count.wrapping_sub(self.lastcount);
+        self.count = if delta > 1 && now.saturating_sub(self.drop_next) < 16 * prm.interval { delta } else { 1 };
+        self.lastcount = self.count;
+        self.drop_next = self.control_law(prm, now);
+    }
+
+    /// Packets dropped outside the control law (fq_codel's overflow drops)
+    /// also raise the drop rate, as Linux's fq_codel_drop() does.
+    pub fn add_count(&mut self, n: u32) {
+        self.count = self.count.saturating_add(n);
+    }
+
+    /// Whether this queue is in CoDel's dropping state.
+    pub fn dropping(&self) -> bool {
+        self.dropping
+    }
+
+    /// CE marks made so far.
+    pub fn marks(&self) -> u64 {
+        self.marks
+    }
+}
+
+/// The `codel` discipline: one FIFO under CoDel, tail drop at the limit.
+pub struct Codel {
+    prm: CodelParams,
+    limit: usize,
+    q: Fifo,
+    vars: CodelVars,
+}
+
+impl Codel {
+    pub fn new(target: Nanos, interval: Nanos, limit_pkts: usize, ecn: bool) -> Self {
+        Self {
+            prm: CodelParams { target, interval, ecn },
+            limit: limit_pkts,
+            q: Fifo::default(),
+            vars: CodelVars::default(),
+        }
+    }
+
+    /// Whether CoDel is in its dropping state (tests, stats).
+    pub fn dropping(&self) -> bool {
+        self.vars.dropping()
+    }
+}
+
+impl Qdisc for Codel {
+    fn enqueue(&mut self, pkt: Packet, now: Nanos) -> Result<(), Box<Dropped>> {
+        self.q.push_limited(pkt, now, self.limit)
+    }
+
+    fn dequeue(&mut self, now: Nanos, drops: &mut Vec<Dropped>) -> Option<Packet> {
+        self.vars.dequeue(&self.prm, &mut self.q, now, drops)
     }
 
     fn queues(&self) -> &[Fifo] {
@@ -145,21 +228,6 @@ impl Qdisc for Codel {
 
     fn kind(&self) -> &'static str {
         "codel"
-    }
-}
-
-impl Codel {
-    fn enter_dropping(&mut self, now: Nanos) {
-        self.dropping = true;
-        let delta = self.count.wrapping_sub(self.lastcount);
-        self.count = if delta > 1 && now.saturating_sub(self.drop_next) < 16 * self.interval { delta } else { 1 };
-        self.lastcount = self.count;
-        self.drop_next = self.control_law(now);
-    }
-
-    /// Whether CoDel is in its dropping state (tests, stats).
-    pub fn dropping(&self) -> bool {
-        self.dropping
     }
 }
 

@@ -9,7 +9,9 @@
 //!
 //! Verdicts:
 //! * `enqueue` may refuse a packet ([`DropCause::Queue`] for overflow, or an
-//!   AQM verdict for disciplines that decide at enqueue, as PIE does);
+//!   AQM verdict for disciplines that decide at enqueue, as PIE does), or
+//!   take it and give up an older one instead (fq_codel drops the head of
+//!   its fattest flow);
 //! * `dequeue` may drop any number of packets before it returns one (reported
 //!   through the `drops` vector, as CoDel does), and may mark the one it
 //!   returns CE with [`Packet::mark_ce`] (which refuses Not-ECT packets; the
@@ -28,6 +30,12 @@
 //! Adding a discipline: implement the trait in a new file, add a variant to
 //! [`crate::config::QdiscConfig`] and a line to [`build`].
 //!
+//! Fair-queuing disciplines (fq_codel, fq) keep one FIFO per flow queue
+//! ([`drr::FlowQueues`], shared by both), override `len`, `bytes` and
+//! `head_enqueued` (which would otherwise walk all 1024 queues), tag each
+//! packet with its flow ([`Packet::flow`]) and report per-flow counters
+//! through `stats_json` ([`flow_stats`]).
+//!
 //! Dual-queue disciplines (DualPI2) tag each packet with its class
 //! ([`Packet::class`]) at enqueue, so the statistics can be kept per class,
 //! and report their per-class lengths and base probability (`class_lens`,
@@ -35,8 +43,14 @@
 //! summary.json.
 
 pub mod codel;
+pub mod drr;
 pub mod dualpi2;
 pub mod fifo;
+pub mod flow_stats;
+pub mod fq;
+pub mod fq_codel;
+#[cfg(test)]
+mod fq_tests;
 pub mod pfifo;
 
 use self::fifo::Fifo;
@@ -98,7 +112,9 @@ pub struct Dropped {
 
 pub trait Qdisc: Send {
     /// Offer `pkt` at `now`.  The discipline owns it afterwards, or hands it
-    /// back inside `Err` with the reason it refused it.
+    /// back inside `Err` with the reason it refused it; a discipline that
+    /// drops from the head (fq_codel) keeps `pkt` and hands back the older
+    /// packet it dropped to make room.
     fn enqueue(&mut self, pkt: Packet, now: Nanos) -> Result<(), Box<Dropped>>;
 
     /// The next packet to transmit at `now`, if any.  Packets the discipline
@@ -139,7 +155,7 @@ pub trait Qdisc: Send {
     /// `next_timer` past `now`.
     fn on_timer(&mut self, _now: Nanos) {}
 
-    /// Short name for logs and the summary ("pfifo", "codel", "dualpi2").
+    /// Short name for logs and the summary ("pfifo", "codel", "dualpi2", "fq_codel", "fq").
     fn kind(&self) -> &'static str;
 
     /// Packets per class [Classic, L4S] of a dual-queue discipline (None: single queue).
@@ -173,7 +189,7 @@ pub trait Qdisc: Send {
 }
 
 /// Instantiate the discipline a config describes; `seed` feeds its random
-/// stream (DualPI2's drop/mark draws).
+/// stream (DualPI2's drop/mark draws) or its flow hash (fq_codel, fq).
 pub fn build(cfg: &QdiscConfig, seed: u64) -> Box<dyn Qdisc> {
     match cfg {
         QdiscConfig::Pfifo(p) => Box::new(pfifo::Pfifo::new(p.limit_pkts)),
@@ -184,5 +200,7 @@ pub fn build(cfg: &QdiscConfig, seed: u64) -> Box<dyn Qdisc> {
             c.ecn,
         )),
         QdiscConfig::DualPi2(d) => Box::new(dualpi2::DualPi2::new(dualpi2::Params::from_config(d), seed)),
+        QdiscConfig::FqCodel(f) => Box::new(fq_codel::FqCodel::from_config(f, seed)),
+        QdiscConfig::Fq(f) => Box::new(fq::Fq::from_config(f, seed)),
     }
 }

@@ -1,0 +1,260 @@
+//! Per-flow queues served by deficit round robin: the scheduler that
+//! fq_codel and fq share (RFC 8290 section 4; Linux net/sched/sch_fq_codel.c).
+//!
+//! **Classification.**  A packet goes to queue `hash(5-tuple) * flows >> 32`
+//! of `flows` (1024) FIFOs, with a seeded hash ([`crate::flow`]); packets
+//! without a 5-tuple go to queue 0.  Flows that hash alike share a queue, as
+//! in Linux ("stochastic" fairness).
+//!
+//! **Two lists.**  Queues holding packets are on one of two round-robin
+//! lists, *new* and *old*.  A queue that receives a packet while on neither
+//! list joins the tail of new with a deficit of one `quantum` (1514 bytes).
+//!
+//! **Dequeue.**  Take the queue at the head of new (else old):
+//! * deficit <= 0: it has used its quantum for this round; add a quantum,
+//!   move it to the tail of old, look again;
+//! * otherwise ask it for a packet (an AQM may drop some first).  A packet:
+//!   deficit -= its length, return it (the queue stays at the head, so it
+//!   sends up to a quantum's worth in a row).  None (it ran empty): a queue
+//!   taken from new moves to the tail of old if old is not empty, so a flow
+//!   cannot keep its priority by sending one packet at a time (RFC 8290
+//!   section 4.2); otherwise it leaves the lists; look again.
+//!
+//! The effect: a flow sending less than its share, whose queue empties
+//! between its packets, re-enters as new each time and is served ahead of the
+//! backlogged (old) flows, so it sees almost no queueing delay; backlogged
+//! flows share the rest byte-fairly, a quantum per round, whatever their
+//! packet sizes.  Lengths are IP bytes (the emulator's unit everywhere; Linux
+//! counts the 14-byte Ethernet header too, hence its 1514 quantum: one
+//! quantum still covers one full-size packet).
+//!
+//! Each queue carries the discipline's per-queue state `V` (fq_codel: its
+//! CoDel variables; fq: nothing).  Counters per 5-tuple are kept in
+//! [`FlowStats`].
+
+use std::collections::VecDeque;
+
+use serde_json::Value;
+
+use super::codel::CodelQueue;
+use super::fifo::Fifo;
+use super::flow_stats::{FlowDrop, FlowStats};
+use super::Dropped;
+use crate::packet::Packet;
+use crate::time::Nanos;
+
+#[derive(Default)]
+struct Slot<V> {
+    deficit: i64,
+    /// On the new or the old list.
+    listed: bool,
+    vars: V,
+}
+
+/// One flow queue as a discipline's per-queue AQM sees it: its FIFO, and the
+/// backlog of the whole discipline (CoDel's one-MTU rule, as Linux fq_codel).
+pub struct FlowSource<'a> {
+    q: &'a mut Fifo,
+    others: usize,
+}
+
+impl CodelQueue for FlowSource<'_> {
+    fn pop(&mut self) -> Option<Packet> {
+        self.q.pop()
+    }
+    fn backlog(&self) -> usize {
+        self.others + self.q.bytes()
+    }
+}
+
+pub struct FlowQueues<V> {
+    quantum: i64,
+    seed: u64,
+    queues: Vec<Fifo>,
+    slots: Vec<Slot<V>>,
+    new_flows: VecDeque<usize>,
+    old_flows: VecDeque<usize>,
+    len: usize,
+    bytes: usize,
+    /// Queues holding packets.
+    active: usize,
+    pub stats: FlowStats,
+}
+
+impl<V: Default> FlowQueues<V> {
+    /// `flows` queues, `quantum` bytes per round, flow hash seeded with `seed`.
+    pub fn new(flows: usize, quantum: usize, seed: u64) -> Self {
+        Self {
+            quantum: quantum as i64,
+            seed,
+            queues: (0..flows).map(|_| Fifo::default()).collect(),
+            slots: (0..flows).map(|_| Slot::default()).collect(),
+            new_flows: VecDeque::new(),
+            old_flows: VecDeque::new(),
+            len: 0,
+            bytes: 0,
+            active: 0,
+            stats: FlowStats::default(),
+        }
+    }
+
+    /// The queue of an arriving packet; counts the arrival under its flow.
+    pub fn classify(&mut self, pkt: &mut Packet) -> usize {
+        let key = pkt.flow_key();
+        let idx = key.map_or(0, |k| k.bucket(self.seed, self.queues.len()));
+        self.stats.on_arrival(pkt, key, idx);
+        idx
+    }
+
+    /// Packets in queue `idx`.
+    pub fn queue_len(&self, idx: usize) -> usize {
+        self.queues[idx].len()
+    }
+
+    /// Append `pkt` to queue `idx`; a queue on no list joins the new list.
+    pub fn push(&mut self, idx: usize, pkt: Packet, now: Nanos) {
+        self.len += 1;
+        self.bytes += pkt.ip_len();
+        if self.queues[idx].is_empty() {
+            self.active += 1;
+            self.stats.on_active(self.active);
+        }
+        self.queues[idx].push(pkt, now);
+        let slot = &mut self.slots[idx];
+        if !slot.listed {
+            slot.listed = true;
+            slot.deficit = self.quantum;
+            self.new_flows.push_back(idx);
+            self.stats.on_new_flow();
+        }
+    }
+
+    /// The queue with the most bytes (the lowest index among equals, as
+    /// Linux's scan), None if all are empty.  Only listed queues can hold
+    /// packets, so only they are looked at.
+    pub fn fattest(&self) -> Option<usize> {
+        self.new_flows
+            .iter()
+            .chain(self.old_flows.iter())
+            .copied()
+            .filter(|&i| !self.queues[i].is_empty())
+            .max_by(|&a, &b| self.queues[a].bytes().cmp(&self.queues[b].bytes()).then(b.cmp(&a)))
+    }
+
+    /// Take the head packet of queue `idx` as a drop for `cause`.
+    pub fn drop_head(&mut self, idx: usize, cause: FlowDrop) -> Option<Packet> {
+        let p = self.queues[idx].pop()?;
+        self.took(idx, 1, p.ip_len());
+        self.stats.on_drop(&p, cause);
+        Some(p)
+    }
+
+    /// The per-queue state of queue `idx`.
+    pub fn vars_mut(&mut self, idx: usize) -> &mut V {
+        &mut self.slots[idx].vars
+    }
+
+    fn took(&mut self, idx: usize, pkts: usize, bytes: usize) {
+        self.len -= pkts;
+        self.bytes -= bytes;
+        if pkts > 0 && self.queues[idx].is_empty() {
+            self.active -= 1;
+        }
+    }
+
+    /// The DRR dequeue (module comment).  `serve` takes a packet from a
+    /// queue, possibly after AQM drops (pushed to `drops`), and says whether
+    /// it CE-marked it.
+    pub fn dequeue<F>(&mut self, now: Nanos, drops: &mut Vec<Dropped>, mut serve: F) -> Option<Packet>
+    where
+        F: FnMut(&mut V, &mut FlowSource<'_>, Nanos, &mut Vec<Dropped>) -> Option<(Packet, bool)>,
+    {
+        loop {
+            let (from_new, idx) = match self.new_flows.front() {
+                Some(&i) => (true, i),
+                None => (false, *self.old_flows.front()?),
+            };
+            if self.slots[idx].deficit <= 0 {
+                self.slots[idx].deficit += self.quantum;
+                self.pop_list(from_new);
+                self.old_flows.push_back(idx);
+                continue;
+            }
+            let first_drop = drops.len();
+            let (before_len, before_bytes) = (self.queues[idx].len(), self.queues[idx].bytes());
+            let mut src = FlowSource { others: self.bytes - before_bytes, q: &mut self.queues[idx] };
+            let served = serve(&mut self.slots[idx].vars, &mut src, now, drops);
+            let (after_len, after_bytes) = (self.queues[idx].len(), self.queues[idx].bytes());
+            self.took(idx, before_len - after_len, before_bytes - after_bytes);
+            for d in &drops[first_drop..] {
+                self.stats.on_drop(&d.pkt, FlowDrop::Aqm);
+            }
+            match served {
+                Some((p, marked)) => {
+                    self.slots[idx].deficit -= p.ip_len() as i64;
+                    self.stats.on_dequeue(&p, now, marked);
+                    return Some(p);
+                }
+                None => {
+                    self.pop_list(from_new);
+                    if from_new && !self.old_flows.is_empty() {
+                        self.old_flows.push_back(idx);
+                    } else {
+                        self.slots[idx].listed = false;
+                    }
+                }
+            }
+        }
+    }
+
+    fn pop_list(&mut self, from_new: bool) {
+        if from_new {
+            self.new_flows.pop_front();
+        } else {
+            self.old_flows.pop_front();
+        }
+    }
+
+    /// Every queue (indexed like the flow buckets).
+    pub fn queues(&self) -> &[Fifo] {
+        &self.queues
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Enqueue instant of the oldest packet (listed queues only).
+    pub fn head_enqueued(&self) -> Option<Nanos> {
+        self.new_flows.iter().chain(self.old_flows.iter()).filter_map(|&i| self.queues[i].head_enqueued()).min()
+    }
+
+    /// Take every queued packet without verdicts; the lists are emptied.
+    pub fn drain(&mut self) -> Vec<Packet> {
+        let mut v = Vec::with_capacity(self.len);
+        for i in self.new_flows.drain(..).chain(self.old_flows.drain(..)) {
+            v.extend(self.queues[i].take_all());
+            self.slots[i].listed = false;
+        }
+        (self.len, self.bytes, self.active) = (0, 0, 0);
+        v
+    }
+
+    /// Queues on the [new, old] lists (tests).
+    pub fn list_lens(&self) -> [usize; 2] {
+        [self.new_flows.len(), self.old_flows.len()]
+    }
+
+    /// summary.json's `qdisc_stats` (see [`FlowStats::to_json`]).
+    pub fn stats_json(&self, kind: &str, params: Value) -> Value {
+        self.stats.to_json(kind, params)
+    }
+}
