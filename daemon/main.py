@@ -260,7 +260,8 @@ class Daemon:
         try:
             if self.dp.refresh_pcc():
                 log.warning("pcc re-registered", extra={"fields": {
-                    "detail": "the process that registered PCC exited; this daemon registered it again",
+                    "detail": "pcc vanished from the kernel (the process that registered it exited, or its "
+                              "struct_ops link was detached from outside); this daemon registered it again",
                     "source": self.dp.pcc.source if self.dp.pcc else ""}})
                 self._warn_unseeded_pcc()  # lost the race to a daemon whose seed map it cannot see
         except (OSError, RuntimeError) as e:

@@ -73,6 +73,8 @@ PROFILES: dict[str, dict[str, Any]] = {
     "router-500": {"router_pkts": 500},
     "router-1000": {"router_pkts": 1000},
     "router-2000": {"router_pkts": 2000},
+    "router-3000": {"router_pkts": 3000},
+    "router-4000": {"router_pkts": 4000},
     # Hypothesis 2: the WiFi medium, not the router, was the bottleneck (the paper's sums are 63-90 Mbit/s,
     # below 100): lower PHY rates, each station its own queue (Linux mac80211: fq_codel, 20 ms target).
     "wifi-bottleneck-codel20": {"phy_mbit": 100, "station_queue": {"kind": "codel", "target_ms": 20,

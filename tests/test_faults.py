@@ -4,6 +4,7 @@ Each: the daemon keeps running, the flow keeps sending on a working CCA, one
 log line names the fault, and the daemon recovers when the fault is gone.
 
 * the monitor's sockops link detached from outside (bpftool link detach);
+* PCC unregistered mid-flow (its struct_ops link detached from outside);
 * the policy file replaced with garbage, then SIGHUP;
 * the control socket flooded by 1,000 clients at once;
 * the recorder's disk full (a 1 MB tmpfs filled up under --record/--decisions).
@@ -59,6 +60,38 @@ def test_sockops_link_detached_from_outside_is_reattached(bottleneck, server, tm
         rows = _still_sending(d, server)
         assert rows[0]["cca"] == "cubic" and rows[0]["throughput_bps"] > 1e6
         assert request(d.sock, "status")["flows"] >= 1
+    finally:
+        client.wait(30)
+        assert d.stop() == 0, d.log()
+
+
+def test_pcc_unregistered_mid_flow_is_registered_again(bottleneck, server, tmp_path: Path) -> None:  # noqa: F811
+    """The daemon registered PCC and a flow runs it; someone detaches PCC's struct_ops link.  The kernel
+    keeps the flow's reference (it keeps sending), the daemon registers PCC again before its next decision
+    (one warning), and a switch to pcc works again."""
+    from ccswitch.bpf.pcc import OWN
+    from ccswitch.host import available_ccas
+
+    if "pcc" in available_ccas():
+        pytest.fail("pcc is already registered by another process (a running ccswitchd or testbed run?): "
+                    "this test needs the daemon under test to own the registration; stop the other one")
+    d = Daemon(bottleneck.sender, tmp_path, STATIC.replace('static_cca = "cubic"', 'static_cca = "pcc"'))
+    client = iperf(bottleneck, server, 16, "cubic")
+    try:
+        wait_for(lambda: [r for r in data_flows(d, server) if r["cca"] == "pcc"], 12, "the flow on pcc", d)
+        assert request(d.sock, "status")["pcc"] == OWN
+        (ops,) = [ln for ln in _links_of(d.proc.pid) if ln.get("type") == "struct_ops"]
+        subprocess.run(["bpftool", "link", "detach", "id", str(ops["id"])], check=True)
+        wait_for(lambda: "pcc re-registered" in d.log(), 10, "the re-registration", d)
+        assert d.log().count("pcc re-registered") == 1 and "pcc" in available_ccas()
+        again = [ln for ln in _links_of(d.proc.pid) if ln.get("type") == "struct_ops"]
+        assert any(ln["id"] != ops["id"] for ln in again), again
+        rows = _still_sending(d, server)
+        assert rows[0]["throughput_bps"] > 1e6 and rows[0]["cca"] == "pcc"
+        off = request(d.sock, "switch", flow=rows[0]["flow_id"], cca="cubic")  # off and back on the new pcc
+        back = request(d.sock, "switch", flow=rows[0]["flow_id"], cca="pcc")
+        assert off["ok"] and off["cca_after"] == "cubic" and back["ok"] and back["cca_after"] == "pcc", (off, back)
+        assert d.proc.poll() is None
     finally:
         client.wait(30)
         assert d.stop() == 0, d.log()
