@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ccswitch.metrics import starvation, thratio, utilisation
+from ccswitch.testbed.runs.emulator import binary_path
 from ccswitch.testbed.scenario import (
     BASE_CPORT,
     BASE_PORT,
@@ -21,6 +22,7 @@ from ccswitch.testbed.scenario import (
     Fq,
     FqCodel,
     GilbertLoss,
+    Lfq,
     Pfifo,
     ScenarioError,
     load_scenario,
@@ -30,7 +32,7 @@ from ccswitch.testbed.scenario import (
 CCAS = ["bbr", "cubic", "pcc", "prague", "reno"]  # prague: the L4S scenarios (BPF Prague)
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = REPO / "testbed" / "scenarios"
-LINKEMU = REPO / "testbed" / "linkemu" / "target" / "release" / "linkemu"
+LINKEMU = binary_path()  # $LINKEMU, else the crate's release build
 
 GOOD = """
 name = "two"
@@ -130,8 +132,17 @@ def test_fair_queuing_qdiscs_map_onto_linkemu(tmp_path: Path) -> None:
     assert cfg["uplink"]["qdisc"] == {"kind": "fq", "flow_limit_pkts": 1000, "limit_pkts": 1000, "flows": 64,
                                       "quantum": 3028}
     json.dumps(cfg)
+    # lfq: fq with per-flow limits an agent sets through linkemu's control socket.
+    up, cfg = uplink('qdisc = { kind = "lfq", default_limit_pkts = 100 }')
+    assert up.qdisc == Lfq(default_limit_pkts=100) and up.queue_limit_pkts == 10_240
+    assert cfg["uplink"]["qdisc"] == {"kind": "lfq", "default_limit_pkts": 100}
+    up, cfg = uplink('qdisc = { kind = "lfq", default_limit_pkts = 20, limit_pkts = 500, flows = 64, quantum = 3028, '
+                     'idle_timeout_ms = 1000 }')
+    assert up.queue_limit_pkts == 500
+    assert cfg["uplink"]["qdisc"] == {"kind": "lfq", "default_limit_pkts": 20, "limit_pkts": 500, "flows": 64,
+                                      "quantum": 3028, "idle_timeout_ms": 1000.0}
     # Bottleneck links only, as in linkemu: not the WiFi queues.
-    for kind in ("fq_codel", "fq"):
+    for kind in ("fq_codel", "fq", "lfq"):
         text = GOOD.replace("[[flows]]", "[link.wifi]\nclients = [{ phy_rate_mbit = 300 }, { phy_rate_mbit = 300 }]\n"
                             f'queue = {{ kind = "{kind}" }}\n[[flows]]', 1)
         with pytest.raises(ScenarioError, match=rf"^s\.toml: link\.wifi\.queue\.kind: {kind} is supported on "):
@@ -154,6 +165,12 @@ def test_fair_queuing_qdiscs_map_onto_linkemu(tmp_path: Path) -> None:
      "link.uplink.qdisc.flow_limit_pkts", "must be <= limit_pkts (10240), got 20000"),
     (("kind = \"pfifo\", limit_pkts = 50", "kind = \"fq\", flow_limit_pkts = 0"),
      "link.uplink.qdisc.flow_limit_pkts", "must be >= 1"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"lfq\", default_limit_pkts = 200, limit_pkts = 100"),
+     "link.uplink.qdisc.default_limit_pkts", "must be <= limit_pkts (100), got 200"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"lfq\", flow_limit_pkts = 10"),
+     "link.uplink.qdisc.flow_limit_pkts", "unknown field"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"lfq\", idle_timeout_ms = 0"),
+     "link.uplink.qdisc.idle_timeout_ms", "must be > 0"),
     (("flow = \"C2\"", "flow = \"C3\""), "switches[0].flow", "no flow named 'C3'"),
     (("at_s = 5", "at_s = 25"), "switches[0].at_s", "outside flow C2's lifetime"),
     (("client = 2", "client = 2\nstart_s = 30"), "flows[1].start_s", "must be before the end"),
@@ -244,7 +261,9 @@ extra = { dist = "lognormal", median_us = 50, sigma = 1 }
         'qdisc = { kind = "fq_codel" }',
         'qdisc = { kind = "fq_codel", flows = 256, quantum = 300, target_ms = 10, interval_ms = 200, '
         'limit_pkts = 2000, ecn = true }',
-        'qdisc = { kind = "fq", flow_limit_pkts = 1000, limit_pkts = 1000, flows = 64, quantum = 3028 }')]
+        'qdisc = { kind = "fq", flow_limit_pkts = 1000, limit_pkts = 1000, flows = 64, quantum = 3028 }',
+        'qdisc = { kind = "lfq" }',
+        'qdisc = { kind = "lfq", default_limit_pkts = 20, limit_pkts = 500, flows = 64, idle_timeout_ms = 1000 }')]
     scenarios = [parse(full), *fair] + [load_scenario(f, ccas=CCAS) for f in sorted(SCENARIOS.glob("*.toml"))
                                         if f.name != "space.toml"]
     for sc in scenarios:

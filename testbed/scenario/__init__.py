@@ -26,6 +26,8 @@ A scenario is a TOML file (examples in ``testbed/scenarios/``)::
                                          # or { kind = "fq_codel" } (RFC 8290: flows, quantum, target_ms,
                                          # interval_ms, limit_pkts, ecn) or { kind = "fq",
                                          # flow_limit_pkts = 100 } (per-flow queues, static per-flow limit)
+                                         # or { kind = "lfq", default_limit_pkts = 100 } (fq with per-flow
+                                         # limits set at run time through linkemu's control socket)
     loss = { model = "bernoulli", p = 0.001 }      # optional; or { model = "gilbert", p_gb, p_bg, ... }
     overhead_bytes = 14                  # optional, charged per packet
     [link.downlink]                      # server -> client; default: the uplink without its loss
@@ -97,6 +99,7 @@ from .model import (
     Fq,
     FqCodel,
     GilbertLoss,
+    Lfq,
     Link,
     LinkDir,
     Pfifo,
@@ -132,6 +135,7 @@ __all__ = [
     "Fq",
     "FqCodel",
     "GilbertLoss",
+    "Lfq",
     "Link",
     "LinkDir",
     "Pfifo",

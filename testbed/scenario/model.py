@@ -171,10 +171,32 @@ class Fq:
         return {"kind": "fq", **_present(self)}
 
 
+@dataclass(frozen=True)
+class Lfq:
+    """lfq in linkemu: fq's queues and DRR with a per-flow limit an agent sets at run time.
+
+    Each flow starts with ``default_limit_pkts`` (100); linkemu's control socket
+    (:mod:`ccswitch.testbed.runs.linkemu_control`) reads its paper-001 features and sets its
+    limit (1..``limit_pkts``).  ``limit_pkts`` 10240 in all queues, ``flows`` 1024,
+    ``quantum`` 1514, ``idle_timeout_ms`` 3000 (a queue idle that long starts a new flow);
+    None fields take these defaults.
+    """
+
+    default_limit_pkts: int | None = None
+    limit_pkts: int | None = None
+    flows: int | None = None
+    quantum: int | None = None
+    idle_timeout_ms: float | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        return {"kind": "lfq", **_present(self)}
+
+
 FQ_DEFAULT_LIMIT_PKTS = 10_240
-"""linkemu's ``limit_pkts`` default of fq_codel and fq (Linux fq_codel's 10 * 1024)."""
+"""linkemu's ``limit_pkts`` default of fq_codel, fq and lfq (Linux fq_codel's 10 * 1024)."""
 FQ_DEFAULT_FLOW_LIMIT_PKTS = 100
-QDISC_KINDS = ("pfifo", "codel", "dualpi2", "fq_codel", "fq")
+"""fq's ``flow_limit_pkts`` and lfq's ``default_limit_pkts`` default."""
+QDISC_KINDS = ("pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq")
 
 
 @dataclass(frozen=True)
@@ -188,7 +210,7 @@ class LinkDir:
     delay_ms: float = 0.0
     """One-way propagation delay after the bottleneck."""
     loss: BernoulliLoss | GilbertLoss | None = None
-    qdisc: Pfifo | Codel | DualPi2 | FqCodel | Fq | None = None
+    qdisc: Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | None = None
     """None: linkemu's default (pfifo, 1000 packets)."""
     overhead_bytes: int | None = None
     """Bytes added to each IP packet when charging it to the rate."""
@@ -206,7 +228,7 @@ class LinkDir:
         """Packets the qdisc holds at most (all its queues together)."""
         if isinstance(self.qdisc, DualPi2):
             return self.qdisc.limit_pkts if self.qdisc.limit_pkts is not None else 10_000
-        if isinstance(self.qdisc, FqCodel | Fq):
+        if isinstance(self.qdisc, FqCodel | Fq | Lfq):
             return self.qdisc.limit_pkts if self.qdisc.limit_pkts is not None else FQ_DEFAULT_LIMIT_PKTS
         return self.qdisc.limit_pkts if self.qdisc is not None else Pfifo().limit_pkts
 

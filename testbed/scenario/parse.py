@@ -43,6 +43,7 @@ from .model import (
     Fq,
     FqCodel,
     GilbertLoss,
+    Lfq,
     Link,
     LinkDir,
     Pfifo,
@@ -123,7 +124,7 @@ def _dualpi2(t: Table) -> DualPi2:
 
 
 _FQ_QUEUES = {"flows": ("int", 1, 65_536), "quantum": ("int", 256, 1 << 20)}
-"""fq_codel's and fq's flow queues; ranges as linkemu checks them (config.rs flow_queues)."""
+"""fq_codel's, fq's and lfq's flow queues; ranges as linkemu checks them (config.rs flow_queues)."""
 
 
 def _fq_codel(t: Table) -> FqCodel:
@@ -146,7 +147,19 @@ def _fq(t: Table) -> Fq:
     return Fq(**v)
 
 
-def _qdisc(t: Table) -> Pfifo | Codel | DualPi2 | FqCodel | Fq:
+def _lfq(t: Table) -> Lfq:
+    """The lfq qdisc table: fq's queues, a default per-flow limit (at most the overall limit)."""
+    v = _optional(t, {**_FQ_QUEUES, "default_limit_pkts": ("int", 1, 10_000_000),
+                      "limit_pkts": ("int", 1, 10_000_000), "idle_timeout_ms": ("pos", None, 3_600_000.0)})
+    limit = v.get("limit_pkts", FQ_DEFAULT_LIMIT_PKTS)
+    default = v.get("default_limit_pkts", FQ_DEFAULT_FLOW_LIMIT_PKTS)
+    if default > limit:
+        t.err(t.here("default_limit_pkts"), f"must be <= limit_pkts ({limit}), got {default}")
+    t.done()
+    return Lfq(**v)
+
+
+def _qdisc(t: Table) -> Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq:
     kind = t.string("kind", required=True, choices=QDISC_KINDS)
     if kind == "dualpi2":
         return _dualpi2(t)
@@ -154,6 +167,8 @@ def _qdisc(t: Table) -> Pfifo | Codel | DualPi2 | FqCodel | Fq:
         return _fq_codel(t)
     if kind == "fq":
         return _fq(t)
+    if kind == "lfq":
+        return _lfq(t)
     limit = int(t.integer("limit_pkts", 1000, lo=1, hi=10_000_000) or 1000)
     if kind == "pfifo":
         q: Pfifo | Codel = Pfifo(limit)
@@ -239,7 +254,7 @@ def _wifi(t: Table, clients: int) -> Wifi:
         pt.done()
     qt = t.table("queue")
     queue = _qdisc(qt) if qt is not None else None
-    if isinstance(queue, DualPi2 | FqCodel | Fq):
+    if isinstance(queue, DualPi2 | FqCodel | Fq | Lfq):
         t.err(f"{t.here('queue')}.kind", f"{queue.to_config()['kind']} is supported on link.uplink/downlink only, "
                                           "not WiFi queues (use pfifo or codel)")
     wifi = Wifi(tuple(stations), agg, acc, phy, queue)

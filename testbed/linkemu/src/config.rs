@@ -20,6 +20,9 @@ use serde_json::Value;
 
 use crate::trace::Trace;
 
+mod lfq;
+pub use lfq::{ControlConfig, Lfq};
+
 /// A configuration error: the dotted path of the field and what is wrong.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigError {
@@ -75,6 +78,9 @@ pub struct Config {
     pub mtu: usize,
     #[serde(default)]
     pub timing: TimingConfig,
+    /// The control socket (`control.rs`); absent: none.
+    #[serde(default)]
+    pub control: Option<ControlConfig>,
 }
 
 fn default_seed() -> u64 {
@@ -158,7 +164,7 @@ fn one() -> f64 {
     1.0
 }
 
-/// Queue discipline: `{"kind": "pfifo" | "codel" | "dualpi2" | "fq_codel" | "fq", ...}`.
+/// Queue discipline: `{"kind": "pfifo" | "codel" | "dualpi2" | "fq_codel" | "fq" | "lfq", ...}`.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind")]
 pub enum QdiscConfig {
@@ -172,6 +178,8 @@ pub enum QdiscConfig {
     FqCodel(FqCodel),
     #[serde(rename = "fq")]
     Fq(Fq),
+    #[serde(rename = "lfq")]
+    Lfq(Lfq),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -281,14 +289,15 @@ impl Default for Fq {
 
 impl<'de> Deserialize<'de> for QdiscConfig {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let kinds = ["pfifo", "codel", "dualpi2", "fq_codel", "fq"];
+        let kinds = ["pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq"];
         let (tag, v) = split_tag::<D::Error>(Value::deserialize(d)?, "kind", &kinds)?;
         Ok(match tag.as_str() {
             "pfifo" => QdiscConfig::Pfifo(sub(v)?),
             "codel" => QdiscConfig::Codel(sub(v)?),
             "dualpi2" => QdiscConfig::DualPi2(sub(v)?),
             "fq_codel" => QdiscConfig::FqCodel(sub(v)?),
-            _ => QdiscConfig::Fq(sub(v)?),
+            "fq" => QdiscConfig::Fq(sub(v)?),
+            _ => QdiscConfig::Lfq(sub(v)?),
         })
     }
 }
@@ -656,6 +665,9 @@ impl Config {
         if !(0..=99).contains(&t.sched_fifo_priority) {
             return Err(ConfigError::new("timing.sched_fifo_priority", "must be 0..99"));
         }
+        if let Some(c) = &self.control {
+            c.validate()?;
+        }
         Ok(())
     }
 }
@@ -772,6 +784,7 @@ impl QdiscConfig {
                     ));
                 }
             }
+            QdiscConfig::Lfq(q) => q.validate(at)?,
         }
         Ok(())
     }
@@ -782,8 +795,8 @@ impl QdiscConfig {
             QdiscConfig::DualPi2(_) => Some(
                 "dualpi2 is supported on uplink/downlink qdiscs only (WiFi queues have no timer for its PI controller)",
             ),
-            QdiscConfig::FqCodel(_) | QdiscConfig::Fq(_) => Some(
-                "fq_codel and fq are supported on uplink/downlink qdiscs only (the WiFi hop's drop accounting \
+            QdiscConfig::FqCodel(_) | QdiscConfig::Fq(_) | QdiscConfig::Lfq(_) => Some(
+                "fq_codel, fq and lfq are supported on uplink/downlink qdiscs only (the WiFi hop's drop accounting \
                  assumes the refused packet is the arriving one); use pfifo or codel here",
             ),
             _ => None,
@@ -1082,7 +1095,7 @@ mod tests {
             (
                 r#"{"kind": "fq_codl"}"#,
                 "uplink.qdisc.kind",
-                "expected one of `pfifo`, `codel`, `dualpi2`, `fq_codel`, `fq`",
+                "expected one of `pfifo`, `codel`, `dualpi2`, `fq_codel`, `fq`, `lfq`",
             ),
         ] {
             let e = err(&q(text));

@@ -128,6 +128,11 @@ impl Engine {
         &self.links[dir.index()]
     }
 
+    /// One direction's link, to change its qdisc's parameters (control socket).
+    pub fn link_mut(&mut self, dir: Dir) -> &mut Link {
+        &mut self.links[dir.index()]
+    }
+
     pub fn wifi(&self) -> Option<&Wifi> {
         self.wifi.as_ref()
     }

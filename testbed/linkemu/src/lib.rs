@@ -6,16 +6,18 @@
 //! * [`packet`]: frames and the metadata tracked per packet (ECN, marks);
 //! * [`flow`]: 5-tuple flow keys and their seeded hash (fair queuing);
 //! * [`qdisc`]: the queue discipline trait, [`qdisc::pfifo`], [`qdisc::codel`],
-//!   [`qdisc::dualpi2`], [`qdisc::fq_codel`], [`qdisc::fq`];
+//!   [`qdisc::dualpi2`], [`qdisc::fq_codel`], [`qdisc::fq`], [`qdisc::lfq`];
 //! * [`loss`]: Bernoulli and Gilbert-Elliott loss;
 //! * [`trace`]: Mahimahi delivery traces;
 //! * [`link`]: one direction of the bottleneck (loss, qdisc, rate/trace, delay);
 //! * [`wifi`]: the shared 802.11 medium of the client side;
 //! * [`engine`]: the L2 bridge gluing them together, in virtual time;
 //! * [`stats`], [`histogram`], [`output`]: counters, percentiles, CSV/JSON files;
-//! * [`io`]: AF_PACKET sockets; [`runtime`]: the real-time loop.
+//! * [`io`]: AF_PACKET sockets; [`runtime`]: the real-time loop;
+//! * [`control`]: the control socket (an agent reads and sets qdisc state).
 
 pub mod config;
+pub mod control;
 pub mod engine;
 pub mod flow;
 pub mod histogram;

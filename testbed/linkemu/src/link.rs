@@ -127,6 +127,11 @@ impl Link {
         self.qdisc.as_ref()
     }
 
+    /// The bottleneck qdisc, to change its parameters (control socket).
+    pub fn qdisc_mut(&mut self) -> &mut dyn Qdisc {
+        self.qdisc.as_mut()
+    }
+
     /// A packet reaches the link at `now` (>= every instant processed so far).
     pub fn enqueue(&mut self, pkt: Packet, now: Nanos, out: &mut Vec<Out>) {
         if self.loss.lose(&mut self.rng) {

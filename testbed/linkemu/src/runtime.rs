@@ -42,6 +42,13 @@
 //! summary.json reports both (`io.tx_lateness_us`, `io.send_us`) so a
 //! disturbed run can be recognised.
 //!
+//! Control socket (optional, `control.socket`; see `control/mod.rs`): its
+//! threads start here, before the priority is raised; parsed requests reach
+//! this loop through an eventfd in the epoll set and are answered after the
+//! departures of an iteration, only when the next event is at least
+//! [`CTL_MIN_GAP`] away or a request has waited [`CTL_MAX_DEFER`], at most
+//! [`CTL_BUDGET`] per iteration.  Without it nothing of this runs.
+//!
 //! Shutdown: SIGTERM/SIGINT (via signalfd, so no async handler) end the loop;
 //! frames due by then are sent, the rest is counted as in flight, and the
 //! outputs are written by the caller.
@@ -52,6 +59,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use crate::config::{Config, ConfigError};
+use crate::control::server::ControlServer;
 use crate::engine::Engine;
 use crate::histogram::Histogram;
 use crate::io::{OpenError, PacketSocket, RxBatch};
@@ -122,6 +130,12 @@ fn epoll_wait_ns(ep: i32, events: &mut [libc::epoll_event], timeout: Option<Nano
 const POLL_EVERY: Nanos = 16_000;
 /// The spin budget (`timing.spin_budget`) applies per window of this length.
 const SPIN_WINDOW: Nanos = 100_000_000;
+/// Control requests are answered when the next event is at least this far...
+const CTL_MIN_GAP: Nanos = 100_000;
+/// ...or once one has waited this long.
+const CTL_MAX_DEFER: Nanos = 5_000_000;
+/// Control requests answered per loop iteration at most.
+const CTL_BUDGET: usize = 8;
 
 /// Run the emulator until SIGTERM/SIGINT; `ready` is printed once forwarding.
 pub fn run(cfg: &Config) -> Result<(), RunError> {
@@ -171,6 +185,19 @@ pub fn run(cfg: &Config) -> Result<(), RunError> {
     const SIG_TAG: u64 = u64::MAX;
     add(sigfd, SIG_TAG)?;
 
+    // Control socket threads (before SCHED_FIFO: they must not inherit it).
+    let mut control = match &cfg.control {
+        Some(c) => Some(
+            ControlServer::start(&c.socket)
+                .map_err(|e| RunError::Config(ConfigError::new("control.socket", format!("cannot listen: {e}"))))?,
+        ),
+        None => None,
+    };
+    const CTL_TAG: u64 = u64::MAX - 1;
+    if let Some((_, port)) = &control {
+        add(port.fd(), CTL_TAG)?;
+    }
+
     // Timing: 1 ns timer slack, SCHED_FIFO if allowed.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
     let mut fifo = false;
@@ -208,6 +235,8 @@ pub fn run(cfg: &Config) -> Result<(), RunError> {
     let mut spun: Nanos = 0;
     let mut stop = false;
     let mut iterations = 0u64;
+    let mut ctl_woken = false;
+    let mut ctl_cost = Histogram::new();
     let started = Instant::now();
 
     println!("ready");
@@ -248,6 +277,8 @@ pub fn run(cfg: &Config) -> Result<(), RunError> {
         for ev in &events[..n] {
             if ev.u64 == SIG_TAG {
                 stop = true;
+            } else if ev.u64 == CTL_TAG {
+                ctl_woken = true;
             } else {
                 ready[ev.u64 as usize] = true;
             }
@@ -326,6 +357,29 @@ pub fn run(cfg: &Config) -> Result<(), RunError> {
                 engine.tx_failed(e, t);
             }
         }
+        // 5. Control requests, between events (module comment).
+        if let Some((_, port)) = &mut control {
+            let now = clock.now();
+            if ctl_woken {
+                port.collect(now);
+                ctl_woken = false;
+            }
+            if port.pending() > 0
+                && (engine.next_event() >= now + CTL_MIN_GAP || port.oldest_wait(now) >= CTL_MAX_DEFER)
+            {
+                let n = port.serve(&mut engine, CTL_BUDGET);
+                let per = clock.now().saturating_sub(now) / n.max(1) as Nanos;
+                for _ in 0..n {
+                    ctl_cost.record(per);
+                }
+            }
+        }
+    }
+    let control_json =
+        control.as_ref().map(|(_, port)| json!({"requests": port.served, "serve_us": ctl_cost.summary()}));
+    if let Some((server, port)) = control.take() {
+        drop(port); // first: client threads waiting for an answer get "shutting down"
+        drop(server);
     }
 
     // Shutdown.
@@ -372,6 +426,7 @@ pub fn run(cfg: &Config) -> Result<(), RunError> {
             "loop_iterations": iterations,
             "wall_s": started.elapsed().as_secs_f64(),
             "ports": per_port,
+            "control": control_json,
         },
         "config": cfg,
     });

@@ -698,6 +698,12 @@ impl Stats {
         self.dirs[dir.index()].total.drops[cause.index()]
     }
 
+    /// Packets and bytes that entered a direction (control socket).
+    pub fn totals_in(&self, dir: Dir) -> (u64, u64) {
+        let t = &self.dirs[dir.index()].total;
+        (t.packets_in, t.bytes_in)
+    }
+
     pub fn finish(&mut self) {
         self.sink.finish();
     }

@@ -37,9 +37,11 @@ use std::collections::VecDeque;
 use serde_json::Value;
 
 use super::codel::CodelQueue;
+use super::control::FlowState;
 use super::fifo::Fifo;
 use super::flow_stats::{FlowDrop, FlowStats};
 use super::Dropped;
+use crate::flow::FlowKey;
 use crate::packet::Packet;
 use crate::time::Nanos;
 
@@ -48,6 +50,8 @@ struct Slot<V> {
     deficit: i64,
     /// On the new or the old list.
     listed: bool,
+    /// The 5-tuple of the last packet classified into it (control socket).
+    last_key: Option<FlowKey>,
     vars: V,
 }
 
@@ -100,10 +104,21 @@ impl<V: Default> FlowQueues<V> {
 
     /// The queue of an arriving packet; counts the arrival under its flow.
     pub fn classify(&mut self, pkt: &mut Packet) -> usize {
+        self.classify_key(pkt).0
+    }
+
+    /// [`FlowQueues::classify`], also giving the packet's 5-tuple.
+    pub fn classify_key(&mut self, pkt: &mut Packet) -> (usize, Option<FlowKey>) {
         let key = pkt.flow_key();
-        let idx = key.map_or(0, |k| k.bucket(self.seed, self.queues.len()));
+        let idx = key.map_or(0, |k| self.bucket_of(&k));
         self.stats.on_arrival(pkt, key, idx);
-        idx
+        self.slots[idx].last_key = key;
+        (idx, key)
+    }
+
+    /// The queue a 5-tuple hashes to.
+    pub fn bucket_of(&self, key: &FlowKey) -> usize {
+        key.bucket(self.seed, self.queues.len())
     }
 
     /// Packets in queue `idx`.
@@ -152,6 +167,41 @@ impl<V: Default> FlowQueues<V> {
     /// The per-queue state of queue `idx`.
     pub fn vars_mut(&mut self, idx: usize) -> &mut V {
         &mut self.slots[idx].vars
+    }
+
+    pub fn vars(&self, idx: usize) -> &V {
+        &self.slots[idx].vars
+    }
+
+    /// Queues holding packets right now.
+    pub fn active(&self) -> usize {
+        self.active
+    }
+
+    /// The control socket's view of the queues holding packets (fq,
+    /// fq_codel), by queue index, at most `max`; `limit`: the per-queue limit.
+    pub fn flow_states(&self, limit: Option<usize>, max: usize) -> Vec<FlowState> {
+        let mut idx: Vec<usize> = self
+            .new_flows
+            .iter()
+            .chain(self.old_flows.iter())
+            .copied()
+            .filter(|&i| !self.queues[i].is_empty())
+            .collect();
+        idx.sort_unstable();
+        idx.truncate(max);
+        idx.into_iter()
+            .map(|i| FlowState {
+                queue: i,
+                key: self.slots[i].last_key,
+                shared: None,
+                limit_pkts: limit,
+                backlog_pkts: self.queues[i].len(),
+                backlog_bytes: self.queues[i].bytes(),
+                extra: vec![],
+                features: None,
+            })
+            .collect()
     }
 
     fn took(&mut self, idx: usize, pkts: usize, bytes: usize) {

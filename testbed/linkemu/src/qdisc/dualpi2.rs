@@ -83,11 +83,17 @@
 //! fixed point; the random stream is a seeded PCG (reproducible in virtual
 //! time).  The PI timer runs on the link's clock (`next_timer`/`on_timer`), at
 //! multiples of tupdate from its first call.
+//!
+//! **Control socket** (`dualpi2/control.rs`): an agent may fix p' (the PI
+//! controller then only watches) or hand it back, and change k, at run time.
+
+mod control;
 
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde_json::{json, Value};
 
+use super::control::{QdiscState, SetApplied, SetParams};
 use super::fifo::Fifo;
 use super::{DropCause, Dropped, Qdisc};
 use crate::config;
@@ -209,6 +215,8 @@ pub struct DualPi2 {
     q: [Fifo; 2],
     /// Base probability p'.
     p: f64,
+    /// p' is fixed by the control socket (the PI controller is paused).
+    manual: bool,
     q_prev: Nanos,
     next_update: Nanos,
     /// recur() accumulator of the L marking decision.
@@ -227,6 +235,7 @@ impl DualPi2 {
             prm,
             q: [Fifo::default(), Fifo::default()],
             p: 0.0,
+            manual: false,
             q_prev: 0,
             next_update: 0,
             recur_l: 0.0,
@@ -264,6 +273,15 @@ impl DualPi2 {
         self.prm.k * self.p
     }
 
+    /// The largest p' (1; 1/k without drop_on_overload).
+    fn p_ceiling(&self) -> f64 {
+        if self.prm.drop_on_overload {
+            1.0
+        } else {
+            (1.0 / self.prm.k).min(1.0)
+        }
+    }
+
     /// Overloaded: p_CL > 1, i.e. p_C > p_Cmax = 1/k^2.
     pub fn overloaded(&self) -> bool {
         self.prm.drop_on_overload && self.p_cl() > 1.0
@@ -298,8 +316,10 @@ impl DualPi2 {
         let s = |ns: Nanos| ns as f64 / 1e9;
         let mut p =
             self.p + self.prm.alpha_hz * (s(qd) - s(self.prm.target)) + self.prm.beta_hz * (s(qd) - s(self.q_prev));
-        let hi = if self.prm.drop_on_overload { 1.0 } else { (1.0 / self.prm.k).min(1.0) };
-        p = p.clamp(0.0, hi);
+        p = p.clamp(0.0, self.p_ceiling());
+        if self.manual {
+            p = self.p; // fixed through the control socket: the PI controller only watches
+        }
         self.p = p;
         self.q_prev = qd;
         let c = &mut self.counters;
@@ -502,6 +522,14 @@ impl Qdisc for DualPi2 {
             "classic_drops": c.c_drops,
             "classic_overload_drops": c.c_overload_drops,
         }))
+    }
+
+    fn control_state(&self, now: Nanos, _max_flows: usize) -> QdiscState {
+        self.state_for_control(now)
+    }
+
+    fn control_set(&mut self, set: &SetParams, _now: Nanos) -> Result<SetApplied, String> {
+        self.set_from_control(set)
     }
 
     fn drain(&mut self) -> Vec<Packet> {

@@ -23,6 +23,7 @@
 use serde_json::{json, Value};
 
 use super::codel::CodelQueue;
+use super::control::{QdiscState, Scalar};
 use super::drr::FlowQueues;
 use super::fifo::Fifo;
 use super::flow_stats::FlowDrop;
@@ -96,6 +97,15 @@ impl Qdisc for Fq {
 
     fn drain(&mut self) -> Vec<Packet> {
         self.fq.drain()
+    }
+
+    fn control_state(&self, _now: Nanos, max_flows: usize) -> QdiscState {
+        let mut s = QdiscState::basic("fq", self.len(), self.bytes());
+        s.flows = Some(self.fq.flow_states(Some(self.flow_limit), max_flows));
+        s.flows_active = self.fq.active();
+        s.params =
+            vec![("flow_limit_pkts", Scalar::U(self.flow_limit as u64)), ("limit_pkts", Scalar::U(self.limit as u64))];
+        s
     }
 }
 

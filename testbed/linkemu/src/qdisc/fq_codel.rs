@@ -35,6 +35,7 @@
 use serde_json::{json, Value};
 
 use super::codel::{CodelParams, CodelVars};
+use super::control::{QdiscState, Scalar};
 use super::drr::FlowQueues;
 use super::fifo::Fifo;
 use super::flow_stats::FlowDrop;
@@ -122,6 +123,14 @@ impl Qdisc for FqCodel {
 
     fn drain(&mut self) -> Vec<Packet> {
         self.fq.drain()
+    }
+
+    fn control_state(&self, _now: Nanos, max_flows: usize) -> QdiscState {
+        let mut s = QdiscState::basic("fq_codel", self.len(), self.bytes());
+        s.flows = Some(self.fq.flow_states(None, max_flows));
+        s.flows_active = self.fq.active();
+        s.params = vec![("limit_pkts", Scalar::U(self.limit as u64))];
+        s
     }
 }
 

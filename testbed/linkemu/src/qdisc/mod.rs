@@ -36,6 +36,14 @@
 //! packet with its flow ([`Packet::flow`]) and report per-flow counters
 //! through `stats_json` ([`flow_stats`]).
 //!
+//! lfq is fq with a per-flow limit an agent changes at run time and the
+//! per-flow features of paper 001 ([`lfq`], [`lfq_features`]).
+//!
+//! The control socket ([`crate::control`]) reads a discipline through
+//! `control_state` and changes it through `control_set` ([`control`]: plain
+//! data, no JSON on the forwarding thread); disciplines without run-time
+//! parameters keep the defaults (kind and backlog; every set refused).
+//!
 //! Dual-queue disciplines (DualPI2) tag each packet with its class
 //! ([`Packet::class`]) at enqueue, so the statistics can be kept per class,
 //! and report their per-class lengths and base probability (`class_lens`,
@@ -43,6 +51,7 @@
 //! summary.json.
 
 pub mod codel;
+pub mod control;
 pub mod drr;
 pub mod dualpi2;
 pub mod fifo;
@@ -51,8 +60,13 @@ pub mod fq;
 pub mod fq_codel;
 #[cfg(test)]
 mod fq_tests;
+pub mod lfq;
+pub mod lfq_features;
+#[cfg(test)]
+mod lfq_tests;
 pub mod pfifo;
 
+use self::control::{QdiscState, SetApplied, SetParams};
 use self::fifo::Fifo;
 use crate::config::QdiscConfig;
 use crate::packet::Packet;
@@ -155,7 +169,7 @@ pub trait Qdisc: Send {
     /// `next_timer` past `now`.
     fn on_timer(&mut self, _now: Nanos) {}
 
-    /// Short name for logs and the summary ("pfifo", "codel", "dualpi2", "fq_codel", "fq").
+    /// Short name for logs and the summary ("pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq").
     fn kind(&self) -> &'static str;
 
     /// Packets per class [Classic, L4S] of a dual-queue discipline (None: single queue).
@@ -171,6 +185,23 @@ pub trait Qdisc: Send {
     /// The discipline's own counters for summary.json, if it keeps any.
     fn stats_json(&self) -> Option<serde_json::Value> {
         None
+    }
+
+    /// The control socket's `state` at `now` (listing at most `max_flows`
+    /// flows); the default: kind and backlog.  Must be cheap: it runs on the
+    /// forwarding thread.
+    fn control_state(&self, _now: Nanos, _max_flows: usize) -> QdiscState {
+        QdiscState::basic(self.kind(), self.len(), self.bytes())
+    }
+
+    /// Apply the control socket's `set` at `now`, all or nothing; Err: one
+    /// line naming the field at fault.  The default refuses everything.
+    fn control_set(&mut self, set: &SetParams, _now: Nanos) -> Result<SetApplied, String> {
+        let field = set.present().first().copied().unwrap_or("set");
+        Err(format!(
+            "{field}: {} has no parameters settable at run time (lfq: default_limit_pkts, flows; dualpi2: base_prob, k)",
+            self.kind()
+        ))
     }
 
     /// Take every queued packet without AQM verdicts (shutdown accounting).
@@ -189,7 +220,7 @@ pub trait Qdisc: Send {
 }
 
 /// Instantiate the discipline a config describes; `seed` feeds its random
-/// stream (DualPI2's drop/mark draws) or its flow hash (fq_codel, fq).
+/// stream (DualPI2's drop/mark draws) or its flow hash (fq_codel, fq, lfq).
 pub fn build(cfg: &QdiscConfig, seed: u64) -> Box<dyn Qdisc> {
     match cfg {
         QdiscConfig::Pfifo(p) => Box::new(pfifo::Pfifo::new(p.limit_pkts)),
@@ -202,5 +233,6 @@ pub fn build(cfg: &QdiscConfig, seed: u64) -> Box<dyn Qdisc> {
         QdiscConfig::DualPi2(d) => Box::new(dualpi2::DualPi2::new(dualpi2::Params::from_config(d), seed)),
         QdiscConfig::FqCodel(f) => Box::new(fq_codel::FqCodel::from_config(f, seed)),
         QdiscConfig::Fq(f) => Box::new(fq::Fq::from_config(f, seed)),
+        QdiscConfig::Lfq(f) => Box::new(lfq::Lfq::from_config(f, seed)),
     }
 }

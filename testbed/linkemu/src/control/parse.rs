@@ -1,0 +1,181 @@
+//! Request lines -> [`Request`] (the grammar is in the module comment of
+//! [`super`]).  Strict like the config: unknown ops and fields are errors,
+//! every error names the field (`flows[1].key.sport: ...`).  Ranges that
+//! depend on the qdisc (a limit against its `limit_pkts`, p' against 1/k)
+//! are checked when the request is applied.
+
+use std::net::IpAddr;
+
+use serde_json::{Map, Value};
+
+use super::{Request, RequestId, DEFAULT_MAX_FLOWS, MAX_FLOWS};
+use crate::flow::FlowKey;
+use crate::packet::Dir;
+use crate::qdisc::control::{BaseProb, FlowLimit, FlowSel, SetParams};
+
+const STATE_FIELDS: &[&str] = &["op", "id", "dir", "max_flows"];
+const SET_FIELDS: &[&str] = &["op", "id", "dir", "default_limit_pkts", "flows", "base_prob", "k"];
+
+/// Parse one request line: its `id` (echoed even when the rest is refused)
+/// and the request, or one line saying what is wrong.
+pub fn request(line: &[u8]) -> (RequestId, Result<Request, String>) {
+    let v: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => return (None, Err(format!("malformed JSON: {e}"))),
+    };
+    let Value::Object(m) = v else {
+        return (None, Err(format!("a request must be a JSON object, got {}", type_name(&v))));
+    };
+    (m.get("id").cloned(), parse_object(&m))
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn parse_object(m: &Map<String, Value>) -> Result<Request, String> {
+    let op = match m.get("op") {
+        None => return Err("op: missing (\"state\" or \"set\")".into()),
+        Some(Value::String(s)) => s.as_str(),
+        Some(v) => return Err(format!("op: must be a string (\"state\" or \"set\"), got {}", type_name(v))),
+    };
+    match op {
+        "state" => {
+            known_fields(m, STATE_FIELDS, "", "state")?;
+            let dir = m.get("dir").map(|v| dir(v, "dir")).transpose()?;
+            let max_flows = match m.get("max_flows") {
+                None => DEFAULT_MAX_FLOWS,
+                Some(v) => uint(v, "max_flows", 0, MAX_FLOWS as u64)? as usize,
+            };
+            Ok(Request::State { dir, max_flows })
+        }
+        "set" => {
+            known_fields(m, SET_FIELDS, "", "set")?;
+            let dir = dir(m.get("dir").ok_or("dir: missing (\"uplink\" or \"downlink\")")?, "dir")?;
+            let mut p = SetParams {
+                default_limit_pkts: m
+                    .get("default_limit_pkts")
+                    .map(|v| uint(v, "default_limit_pkts", 1, u32::MAX as u64).map(|x| x as usize))
+                    .transpose()?,
+                ..SetParams::default()
+            };
+            if let Some(v) = m.get("flows") {
+                let Value::Array(a) = v else {
+                    return Err(format!(
+                        "flows: must be an array of {{queue | key, limit_pkts}}, got {}",
+                        type_name(v)
+                    ));
+                };
+                p.flows = a
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| flow_limit(f, &format!("flows[{i}]")))
+                    .collect::<Result<_, _>>()?;
+            }
+            p.base_prob = match m.get("base_prob") {
+                None => None,
+                Some(Value::String(s)) if s == "auto" => Some(BaseProb::Auto),
+                Some(v) => Some(BaseProb::Fixed(
+                    v.as_f64()
+                        .ok_or_else(|| format!("base_prob: must be a number (0..1) or \"auto\", got {}", short(v)))?,
+                )),
+            };
+            p.k = m
+                .get("k")
+                .map(|v| v.as_f64().ok_or_else(|| format!("k: must be a number, got {}", short(v))))
+                .transpose()?;
+            if p.present().is_empty() {
+                return Err("set: nothing to set (fields: default_limit_pkts, flows, base_prob, k)".into());
+            }
+            Ok(Request::Set { dir, params: p })
+        }
+        other => Err(format!("op: unknown op {other:?} (expected \"state\" or \"set\")")),
+    }
+}
+
+/// A value in an error message (long ones cut).
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 40 {
+        format!("{}...", &s[..s.char_indices().nth(37).map_or(s.len(), |(i, _)| i)])
+    } else {
+        s
+    }
+}
+
+/// Err naming the first field of `m` not in `known` (`prefix` + its name).
+fn known_fields(m: &Map<String, Value>, known: &[&str], prefix: &str, what: &str) -> Result<(), String> {
+    match m.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err(format!("{prefix}{k}: unknown field for {what} (fields: {})", known.join(", "))),
+        None => Ok(()),
+    }
+}
+
+fn dir(v: &Value, field: &str) -> Result<Dir, String> {
+    match v.as_str() {
+        Some("uplink") => Ok(Dir::Up),
+        Some("downlink") => Ok(Dir::Down),
+        _ => Err(format!("{field}: must be \"uplink\" or \"downlink\", got {}", short(v))),
+    }
+}
+
+fn uint(v: &Value, field: &str, lo: u64, hi: u64) -> Result<u64, String> {
+    match v.as_u64() {
+        Some(x) if (lo..=hi).contains(&x) => Ok(x),
+        _ => Err(format!("{field}: must be an integer {lo}..{hi}, got {}", short(v))),
+    }
+}
+
+fn flow_limit(v: &Value, at: &str) -> Result<FlowLimit, String> {
+    let Value::Object(m) = v else {
+        return Err(format!("{at}: must be an object {{queue | key, limit_pkts}}, got {}", type_name(v)));
+    };
+    known_fields(m, &["queue", "key", "limit_pkts"], &format!("{at}."), "a flow")?;
+    let limit_pkts = uint(
+        m.get("limit_pkts").ok_or(format!("{at}.limit_pkts: missing"))?,
+        &format!("{at}.limit_pkts"),
+        1,
+        u32::MAX as u64,
+    )? as usize;
+    let sel = match (m.get("queue"), m.get("key")) {
+        (Some(q), None) => FlowSel::Queue(uint(q, &format!("{at}.queue"), 0, u32::MAX as u64)? as usize),
+        (None, Some(k)) => FlowSel::Key(key(k, &format!("{at}.key"))?),
+        _ => return Err(format!("{at}: give either queue or key (one of them)")),
+    };
+    Ok(FlowLimit { sel, limit_pkts })
+}
+
+/// A 5-tuple as `state` lists it: src, dst (same IP version), proto; sport
+/// and dport for TCP and UDP (0 for other protocols, may be left out).
+fn key(v: &Value, at: &str) -> Result<FlowKey, String> {
+    let Value::Object(m) = v else {
+        return Err(format!("{at}: must be an object {{src, dst, proto, sport, dport}}, got {}", type_name(v)));
+    };
+    known_fields(m, &["src", "dst", "proto", "sport", "dport"], &format!("{at}."), "a key")?;
+    let addr = |f: &str| -> Result<IpAddr, String> {
+        let s = m.get(f).ok_or(format!("{at}.{f}: missing"))?;
+        s.as_str()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("{at}.{f}: must be an IPv4 or IPv6 address string, got {}", short(s)))
+    };
+    let (src, dst) = (addr("src")?, addr("dst")?);
+    if src.is_ipv4() != dst.is_ipv4() {
+        return Err(format!("{at}: src and dst must be the same IP version"));
+    }
+    let proto = uint(m.get("proto").ok_or(format!("{at}.proto: missing"))?, &format!("{at}.proto"), 0, 255)? as u8;
+    let port = |f: &str| -> Result<u16, String> {
+        match m.get(f) {
+            Some(p) => Ok(uint(p, &format!("{at}.{f}"), 0, 65_535)? as u16),
+            None if proto != crate::flow::PROTO_TCP && proto != crate::flow::PROTO_UDP => Ok(0),
+            None => Err(format!("{at}.{f}: missing (TCP and UDP flows have ports)")),
+        }
+    };
+    Ok(FlowKey { src, dst, proto, sport: port("sport")?, dport: port("dport")? })
+}

@@ -1,0 +1,353 @@
+//! The control protocol against a real engine in virtual time: good and bad
+//! requests -> responses without sockets ([`super::handle_line`]), the real
+//! UNIX socket end to end (server threads in process, this thread playing
+//! the forwarding loop), and what a request costs the loop.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::server::ControlServer;
+use super::{apply, handle_line, render, Request};
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::packet::{build, Ecn, Mac, Packet};
+use crate::stats::NullSink;
+use crate::time::{Nanos, NS_PER_S};
+
+const C0: Mac = [2, 0, 0, 0, 0, 0x10];
+const SRV: Mac = [2, 0, 0, 0, 0, 0x01];
+const T0: Nanos = 1_000 * NS_PER_S;
+
+/// lfq (limit 1000 packets) up, dualpi2 down, 10 Mbit/s each way.
+fn engine() -> Engine {
+    engine_with(r#"{"kind": "lfq", "limit_pkts": 1000}"#)
+}
+
+fn engine_with(uplink_qdisc: &str) -> Engine {
+    let cfg = Config::from_json(&format!(
+        r#"{{"client_ifs": ["c1"], "server_if": "srv",
+            "uplink": {{"rate_mbit": 10, "qdisc": {uplink_qdisc}}},
+            "downlink": {{"rate_mbit": 10, "qdisc": {{"kind": "dualpi2"}}}}}}"#
+    ))
+    .unwrap();
+    cfg.validate().unwrap();
+    Engine::new(&cfg, T0, Box::new(NullSink)).unwrap()
+}
+
+/// `n` packets of 1250 bytes per flow (source ports `sports`), 0.1 ms apart, uplink.
+fn traffic(e: &mut Engine, sports: &[u16], n: usize) {
+    let mut t = e.now();
+    for _ in 0..n {
+        for &p in sports {
+            t += 100_000;
+            let f = build::ipv4_udp_ports(SRV, C0, 1250, Ecn::NotEct, p, 5201);
+            e.ingress(0, Packet::from_frame(&f, 0), t);
+            e.take_emits().for_each(drop);
+        }
+    }
+}
+
+fn ask(e: &mut Engine, line: &str) -> Value {
+    let out = handle_line(line.as_bytes(), e);
+    assert!(!out.contains('\n'), "{out}");
+    serde_json::from_str(&out).unwrap()
+}
+
+fn error(e: &mut Engine, line: &str) -> String {
+    let r = ask(e, line);
+    assert_eq!(r["ok"], false, "{line}: {r}");
+    r["error"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn state_and_set_requests() {
+    let mut e = engine();
+    traffic(&mut e, &[4000, 4001], 100);
+    let r = ask(&mut e, r#"{"op": "state", "id": 7}"#);
+    assert_eq!((&r["ok"], &r["id"]), (&json!(true), &json!(7)));
+    assert!((r["t_s"].as_f64().unwrap() - 0.02).abs() < 1e-9, "{r}");
+    let up = &r["uplink"];
+    assert_eq!((&up["kind"], &up["packets_in"], &up["flows_active"]), (&json!("lfq"), &json!(200), &json!(2)));
+    assert_eq!(up["drops"].as_object().unwrap().len(), 7);
+    assert_eq!(up["weights"].as_array().unwrap().len(), 10);
+    assert_eq!(up["default_limit_pkts"], 100);
+    // 200 packets in 20 ms into 10 Mbit/s (1 ms each): 20 left, about 180 queued.
+    assert_eq!(up["backlog_pkts"].as_u64().unwrap() + up["packets_out"].as_u64().unwrap(), 200 - 1);
+    let f0 = &up["flows"][0];
+    assert_eq!(f0["key"], json!({"src": "10.0.0.1", "dst": "10.0.0.2", "proto": 17, "sport": 4000, "dport": 5201}));
+    assert_eq!((&f0["limit_pkts"], &f0["shared"]), (&json!(100), &json!(false)));
+    for name in ["queue_pkts", "queue_std_pkts", "limit_pkts", "in_rate_pps", "out_rate_pps", "since_loss_s"] {
+        assert_eq!(f0["features"][name].as_array().unwrap().len(), 10, "{name}");
+    }
+    // 5000 pps offered per flow; the first two averages are past their guard.
+    assert!((f0["features"]["in_rate_pps"][0].as_f64().unwrap() - 5000.0).abs() < 1.0, "{f0}");
+    let down = &r["downlink"];
+    assert_eq!(
+        (&down["kind"], &down["base_prob"], &down["pi"], &down["k"]),
+        (&json!("dualpi2"), &json!(0.0), &json!("auto"), &json!(2.0))
+    );
+    assert_eq!(down["classic_pkts"], 0);
+    // One direction, fewer flows listed.
+    let r = ask(&mut e, r#"{"op": "state", "dir": "uplink", "max_flows": 1}"#);
+    assert!(r.get("downlink").is_none());
+    assert_eq!((r["uplink"]["flows"].as_array().unwrap().len(), &r["uplink"]["flows_active"]), (1, &json!(2)));
+    // lfq: one flow by queue, the other by key, and the default.
+    let (q0, q1) = (f0["queue"].clone(), up["flows"][1]["queue"].clone());
+    let r = ask(
+        &mut e,
+        &format!(
+            r#"{{"op": "set", "dir": "uplink", "flows": [{{"queue": {q0}, "limit_pkts": 10}}], "default_limit_pkts": 50}}"#
+        ),
+    );
+    assert_eq!(r["applied"]["flows"], json!([{"queue": q0, "key": f0["key"], "limit_pkts": 10, "was": 100}]), "{r}");
+    assert_eq!(
+        (&r["applied"]["default_limit_pkts"], &r["applied"]["default_limit_pkts_was"], &r["dir"]),
+        (&json!(50), &json!(100), &json!("uplink"))
+    );
+    let key = r#"{"src": "10.0.0.1", "dst": "10.0.0.2", "proto": 17, "sport": 4001, "dport": 5201}"#;
+    let r = ask(
+        &mut e,
+        &format!(r#"{{"op": "set", "dir": "uplink", "flows": [{{"key": {key}, "limit_pkts": 20}}], "id": "x"}}"#),
+    );
+    assert_eq!((&r["applied"]["flows"][0]["queue"], &r["id"]), (&q1, &json!("x")));
+    let r = ask(&mut e, r#"{"op": "state", "dir": "uplink"}"#);
+    assert_eq!(
+        (&r["uplink"]["flows"][0]["limit_pkts"], &r["uplink"]["flows"][1]["limit_pkts"]),
+        (&json!(10), &json!(20))
+    );
+    // dualpi2: p' fixed and k, then the PI controller back.
+    let r = ask(&mut e, r#"{"op": "set", "dir": "downlink", "base_prob": 0.25, "k": 3}"#);
+    assert_eq!(r["applied"], json!({"base_prob": 0.25, "base_prob_was": 0.0, "k": 3.0, "k_was": 2.0, "pi": "manual"}));
+    let r = ask(&mut e, r#"{"op": "state", "dir": "downlink"}"#);
+    assert_eq!(
+        (&r["downlink"]["base_prob"], &r["downlink"]["p_cl"], &r["downlink"]["pi"]),
+        (&json!(0.25), &json!(0.75), &json!("manual"))
+    );
+    let r = ask(&mut e, r#"{"op": "set", "dir": "downlink", "base_prob": "auto"}"#);
+    assert_eq!(r["applied"]["pi"], "auto");
+}
+
+#[test]
+fn bad_requests_get_one_line_errors_and_change_nothing() {
+    let mut e = engine();
+    traffic(&mut e, &[4000], 10);
+    let q = ask(&mut e, r#"{"op": "state"}"#)["uplink"]["flows"][0]["queue"].as_u64().unwrap();
+    let idle = (q + 1) % 1024;
+    for (line, want) in [
+        ("{\"op\": \"state\"", "malformed JSON: EOF while parsing an object at line 1 column 14"),
+        ("[1, 2]", "a request must be a JSON object, got an array"),
+        (r#"{"id": 3}"#, "op: missing (\"state\" or \"set\")"),
+        (r#"{"op": 1}"#, "op: must be a string (\"state\" or \"set\"), got a number"),
+        (r#"{"op": "reset"}"#, "op: unknown op \"reset\" (expected \"state\" or \"set\")"),
+        (r#"{"op": "state", "dirr": "up"}"#, "dirr: unknown field for state (fields: op, id, dir, max_flows)"),
+        (r#"{"op": "state", "dir": "up"}"#, "dir: must be \"uplink\" or \"downlink\", got \"up\""),
+        (r#"{"op": "state", "max_flows": -1}"#, "max_flows: must be an integer 0..65536, got -1"),
+        (r#"{"op": "set", "flows": []}"#, "dir: missing (\"uplink\" or \"downlink\")"),
+        (r#"{"op": "set", "dir": "uplink"}"#, "set: nothing to set (fields: default_limit_pkts, flows, base_prob, k)"),
+        (
+            r#"{"op": "set", "dir": "uplink", "flows": {}}"#,
+            "flows: must be an array of {queue | key, limit_pkts}, got an object",
+        ),
+        (
+            r#"{"op": "set", "dir": "uplink", "flows": [{"limit_pkts": 5}]}"#,
+            "flows[0]: give either queue or key (one of them)",
+        ),
+        (r#"{"op": "set", "dir": "uplink", "flows": [{"queue": 1}]}"#, "flows[0].limit_pkts: missing"),
+        (
+            r#"{"op": "set", "dir": "uplink", "flows": [{"queue": 1, "limit_pkts": 5, "prio": 1}]}"#,
+            "flows[0].prio: unknown field for a flow (fields: queue, key, limit_pkts)",
+        ),
+        (
+            r#"{"op": "set", "dir": "uplink", "flows": [{"key": {"src": "10.0.0.1", "dst": "::1", "proto": 6}, "limit_pkts": 5}]}"#,
+            "flows[0].key: src and dst must be the same IP version",
+        ),
+        (
+            r#"{"op": "set", "dir": "uplink", "flows": [{"key": {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": 6, "sport": 1}, "limit_pkts": 5}]}"#,
+            "flows[0].key.dport: missing (TCP and UDP flows have ports)",
+        ),
+        (
+            r#"{"op": "set", "dir": "uplink", "flows": [{"key": {"src": "10.0.0.x", "dst": "10.0.0.2", "proto": 1}, "limit_pkts": 5}]}"#,
+            "flows[0].key.src: must be an IPv4 or IPv6 address string, got \"10.0.0.x\"",
+        ),
+        (
+            r#"{"op": "set", "dir": "uplink", "base_prob": "high"}"#,
+            "base_prob: must be a number (0..1) or \"auto\", got \"high\"",
+        ),
+        (
+            r#"{"op": "set", "dir": "uplink", "default_limit_pkts": 0}"#,
+            "default_limit_pkts: must be an integer 1..4294967295, got 0",
+        ),
+        // Checked against the direction's qdisc:
+        (
+            r#"{"op": "set", "dir": "uplink", "default_limit_pkts": 2000}"#,
+            "default_limit_pkts: must be 1..1000 (limit_pkts), got 2000",
+        ),
+        (
+            r#"{"op": "set", "dir": "uplink", "base_prob": 0.1}"#,
+            "base_prob: not settable on lfq (settable: default_limit_pkts, flows)",
+        ),
+        (
+            r#"{"op": "set", "dir": "downlink", "default_limit_pkts": 10}"#,
+            "default_limit_pkts: not settable on dualpi2 (settable: base_prob, k)",
+        ),
+        (r#"{"op": "set", "dir": "downlink", "k": 0.1}"#, "k: must be in [0.5, 64] (RFC 9332 uses 2), got 0.1"),
+    ] {
+        assert_eq!(error(&mut e, line), want, "{line}");
+    }
+    // All or nothing: a good default next to a flow that is not active.
+    let line = format!(
+        r#"{{"op": "set", "dir": "uplink", "default_limit_pkts": 5, "flows": [{{"queue": {q}, "limit_pkts": 3}}, {{"queue": {idle}, "limit_pkts": 3}}]}}"#
+    );
+    assert_eq!(error(&mut e, &line), format!("flows[1].queue: no active flow in queue {idle}"));
+    let r = ask(&mut e, r#"{"op": "state", "dir": "uplink"}"#);
+    assert_eq!(
+        (&r["uplink"]["default_limit_pkts"], &r["uplink"]["flows"][0]["limit_pkts"]),
+        (&json!(100), &json!(100))
+    );
+    // The id comes back with errors too; pfifo has nothing to set.
+    let r = ask(&mut e, r#"{"op": "sett", "id": [1, "a"]}"#);
+    assert_eq!(r["id"], json!([1, "a"]));
+    let mut p = Engine::new(
+        &Config::from_json(r#"{"client_ifs": ["c1"], "server_if": "srv", "uplink": {}, "downlink": {}}"#).unwrap(),
+        0,
+        Box::new(NullSink),
+    )
+    .unwrap();
+    assert_eq!(
+        error(&mut p, r#"{"op": "set", "dir": "uplink", "k": 2}"#),
+        "k: pfifo has no parameters settable at run time (lfq: default_limit_pkts, flows; dualpi2: base_prob, k)"
+    );
+    assert_eq!(ask(&mut p, r#"{"op": "state"}"#)["uplink"]["kind"], "pfifo");
+}
+
+fn socket_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("linkemu-{name}-{}.sock", std::process::id()))
+}
+
+/// Play the forwarding loop for `e` until `done` says stop (polling every 0.2 ms).
+fn play_loop(port: &mut super::server::ControlPort, e: &mut Engine, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "the client did not finish");
+        port.collect(e.now());
+        port.serve(e, 8);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+#[test]
+fn the_real_socket_end_to_end() {
+    let path = socket_path("e2e");
+    let _ = std::fs::remove_file(&path);
+    // A regular file is never replaced; a stale socket (its listener gone) is.
+    std::fs::write(&path, b"").unwrap();
+    assert!(ControlServer::start(&path).is_err_and(|e| e.to_string().contains("not a socket")));
+    std::fs::remove_file(&path).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    let mut e = engine();
+    traffic(&mut e, &[4000, 4001], 20);
+    let (server, mut port) = ControlServer::start(&path).unwrap();
+    let p = path.clone();
+    let client = std::thread::spawn(move || {
+        let s = UnixStream::connect(&p).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut w = s.try_clone().unwrap();
+        // Pipelined: four requests (one malformed) and a blank line in one write.
+        w.write_all(b"{\"op\": \"state\", \"id\": 1}\n\n{\"op\": \"set\", \"dir\": \"uplink\", \"default_limit_pkts\": 7, \"id\": 2}\n{oops\n{\"op\": \"state\", \"dir\": \"uplink\", \"id\": 4}\n").unwrap();
+        let mut r = BufReader::new(s);
+        let lines: Vec<Value> = (0..4)
+            .map(|_| {
+                let mut l = String::new();
+                r.read_line(&mut l).unwrap();
+                serde_json::from_str(&l).unwrap()
+            })
+            .collect();
+        // A second client: a line over 1 MiB is refused and the connection closed.
+        let mut s2 = UnixStream::connect(&p).unwrap();
+        s2.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s2.write_all(&vec![b'x'; (1 << 20) + 10]);
+        let mut r2 = BufReader::new(s2);
+        let mut l = String::new();
+        r2.read_line(&mut l).unwrap();
+        let mut rest = String::new();
+        assert_eq!(r2.read_line(&mut rest).unwrap(), 0, "closed after the error");
+        (lines, l)
+    });
+    play_loop(&mut port, &mut e, || client.is_finished());
+    let (lines, long) = client.join().unwrap();
+    assert_eq!(lines[0]["id"], 1);
+    assert_eq!(lines[0]["uplink"]["flows_active"], 2);
+    assert_eq!((&lines[1]["id"], &lines[1]["applied"]["default_limit_pkts"]), (&json!(2), &json!(7)));
+    assert_eq!(lines[2]["ok"], false);
+    assert!(lines[2]["error"].as_str().unwrap().starts_with("malformed JSON: key must be a string"), "{}", lines[2]);
+    assert_eq!((&lines[3]["id"], &lines[3]["uplink"]["default_limit_pkts"]), (&json!(4), &json!(7)));
+    assert_eq!(long.trim(), r#"{"error":"request longer than 1048576 bytes","ok":false}"#);
+    assert_eq!(port.served, 3, "the malformed and the long lines never reached the loop");
+    drop(port);
+    drop(server);
+    assert!(!path.exists(), "the socket file is removed");
+}
+
+#[test]
+fn shutdown_is_quick_even_without_the_socket_file() {
+    let path = socket_path("gone");
+    let _ = std::fs::remove_file(&path);
+    let (server, port) = ControlServer::start(&path).unwrap();
+    let mut c = UnixStream::connect(&path).unwrap(); // a client that stays connected
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let t = Instant::now();
+    drop(port);
+    drop(server);
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    let mut buf = [0u8; 1];
+    assert_eq!(std::io::Read::read(&mut c, &mut buf).unwrap(), 0, "the client sees the end of the stream");
+}
+
+/// What answering a request costs the forwarding loop (the `apply` step; the
+/// parsing and rendering run on the control threads), with 10 to 1000
+/// active lfq flows.  Printed for the README (run with --nocapture); the
+/// bound only catches a gross regression.
+#[test]
+fn what_a_request_costs_the_loop() {
+    for n in [10u16, 100, 1000] {
+        // 65536 queues: 1000 flows rarely share one.
+        let mut e = engine_with(r#"{"kind": "lfq", "flows": 65536}"#);
+        let sports: Vec<u16> = (0..n).map(|i| 10_000 + i).collect();
+        traffic(&mut e, &sports, 3);
+        let state = Request::State { dir: None, max_flows: 1024 };
+        let reps = 200;
+        let t = Instant::now();
+        let mut flows = 0;
+        for _ in 0..reps {
+            if let super::Reply::State { dirs, .. } = apply::apply(&mut e, &state) {
+                flows = dirs[0].qdisc.flows_active;
+            }
+        }
+        let per = t.elapsed() / reps;
+        let reply = apply::apply(&mut e, &state);
+        let t = Instant::now();
+        let text = render::reply(None, &reply);
+        let render_t = t.elapsed();
+        let set = super::parse::request(br#"{"op": "set", "dir": "downlink", "base_prob": 0.1}"#).1.unwrap();
+        let t = Instant::now();
+        for _ in 0..reps {
+            apply::apply(&mut e, &set);
+        }
+        let set_t = t.elapsed() / reps;
+        eprintln!(
+            "{flows} active flows (of {n} sent): state {:.1} us on the loop, rendering {:.1} us ({} kB); set {:.2} us",
+            per.as_secs_f64() * 1e6,
+            render_t.as_secs_f64() * 1e6,
+            text.len() / 1000,
+            set_t.as_secs_f64() * 1e6
+        );
+        assert!(flows > (n as usize) * 98 / 100, "{flows} of {n}: hash collisions only");
+        assert!(per < Duration::from_millis(20), "{per:?}");
+    }
+}

@@ -1,0 +1,165 @@
+//! DualPI2 through the control socket (paper 000's agent sets the base
+//! probability and the coupling each control interval).
+//!
+//! **State**: p' (`base_prob`), whether the PI controller or the agent sets
+//! it (`pi`: "auto" / "manual"), p_C = p'^2, p_CL = k p', `k`, the PI target
+//! and the last PI input (`qdelay_ms`: the larger head sojourn at the last
+//! update), per class [classic, l4s] the length in packets and bytes and the
+//! sojourn of its head packet now (`*_delay_ms`), whether ECN is off
+//! because of overload, and the counters of summary.json's `qdisc_stats`
+//! (marks and drops per cause, PI updates).
+//!
+//! **Set**: `base_prob` = a number fixes p' (0..1; 0..1/k without
+//! drop_on_overload, where the PI controller caps it there) and pauses the
+//! PI controller: it keeps running its update every tupdate (so `qdelay_ms`
+//! stays current and the derivative term has a fresh previous value when
+//! it resumes) but leaves p' alone; `base_prob` = "auto" resumes it from the
+//! p' in place.  `k` (0.5..64, as the config) changes the coupling at once;
+//! without drop_on_overload a p' above the new 1/k is lowered to it.
+
+use super::{Classifier, DualPi2, Scheduler, C, L};
+use crate::qdisc::control::{BaseProb, QdiscState, Scalar, SetApplied, SetParams};
+use crate::qdisc::Qdisc;
+use crate::time::Nanos;
+
+fn ms(ns: Nanos) -> f64 {
+    ns as f64 / 1e6
+}
+
+impl DualPi2 {
+    pub(super) fn state_for_control(&self, now: Nanos) -> QdiscState {
+        let c = &self.counters;
+        let mut s = QdiscState::basic("dualpi2", self.len(), self.bytes());
+        s.params = vec![
+            ("base_prob", Scalar::F(self.p)),
+            ("pi", Scalar::S(if self.manual { "manual" } else { "auto" })),
+            ("p_c", Scalar::F(self.p_c())),
+            ("p_cl", Scalar::F(self.p_cl().min(1.0))),
+            ("k", Scalar::F(self.prm.k)),
+            ("overloaded", Scalar::B(self.overloaded())),
+            ("target_ms", Scalar::F(ms(self.prm.target))),
+            ("tupdate_ms", Scalar::F(ms(self.prm.tupdate))),
+            ("qdelay_ms", Scalar::F(ms(self.q_prev))),
+            ("classic_pkts", Scalar::U(self.q[C].len() as u64)),
+            ("l4s_pkts", Scalar::U(self.q[L].len() as u64)),
+            ("classic_bytes", Scalar::U(self.q[C].bytes() as u64)),
+            ("l4s_bytes", Scalar::U(self.q[L].bytes() as u64)),
+            ("classic_delay_ms", Scalar::F(ms(self.head_delay(C, now)))),
+            ("l4s_delay_ms", Scalar::F(ms(self.head_delay(L, now)))),
+            ("limit_pkts", Scalar::U(self.prm.limit_pkts as u64)),
+            ("classifier", Scalar::S(if matches!(self.prm.classifier, Classifier::Ecn) { "ecn" } else { "dscp" })),
+            (
+                "scheduler",
+                Scalar::S(if matches!(self.prm.scheduler, Scheduler::Wrr { .. }) { "wrr" } else { "tsfifo" }),
+            ),
+            ("drop_on_overload", Scalar::B(self.prm.drop_on_overload)),
+            ("pi_updates", Scalar::U(c.updates)),
+            ("overload_updates", Scalar::U(c.overload_updates)),
+            ("classic_packets_in", Scalar::U(c.packets_in[C])),
+            ("l4s_packets_in", Scalar::U(c.packets_in[L])),
+            ("classic_limit_drops", Scalar::U(c.limit_drops[C])),
+            ("l4s_limit_drops", Scalar::U(c.limit_drops[L])),
+            ("classic_marks", Scalar::U(c.c_marks)),
+            ("classic_drops", Scalar::U(c.c_drops)),
+            ("classic_overload_drops", Scalar::U(c.c_overload_drops)),
+            ("l4s_native_marks", Scalar::U(c.l_native_marks)),
+            ("l4s_coupled_marks", Scalar::U(c.l_coupled_marks)),
+            ("l4s_overload_drops", Scalar::U(c.l_overload_drops)),
+            ("l4s_unmarkable_drops", Scalar::U(c.l_unmarkable_drops)),
+        ];
+        s
+    }
+
+    /// `base_prob` and `k` (module comment); all or nothing.
+    pub(super) fn set_from_control(&mut self, set: &SetParams) -> Result<SetApplied, String> {
+        set.only("dualpi2", &["base_prob", "k"])?;
+        if let Some(k) = set.k {
+            if !(k.is_finite() && (0.5..=64.0).contains(&k)) {
+                return Err(format!("k: must be in [0.5, 64] (RFC 9332 uses 2), got {k}"));
+            }
+        }
+        let k_after = set.k.unwrap_or(self.prm.k);
+        let ceiling = if self.prm.drop_on_overload { 1.0 } else { (1.0 / k_after).min(1.0) };
+        if let Some(BaseProb::Fixed(p)) = set.base_prob {
+            if !(p.is_finite() && (0.0..=ceiling).contains(&p)) {
+                let why = if self.prm.drop_on_overload { "" } else { " (1/k: drop_on_overload is off)" };
+                return Err(format!("base_prob: must be in [0, {ceiling}]{why}, got {p}"));
+            }
+        }
+        let mut applied = SetApplied::default();
+        if let Some(k) = set.k {
+            applied.params.push(("k_was", Scalar::F(self.prm.k)));
+            self.prm.k = k;
+            applied.params.push(("k", Scalar::F(k)));
+            self.p = self.p.min(self.p_ceiling());
+        }
+        match set.base_prob {
+            Some(BaseProb::Fixed(p)) => {
+                applied.params.push(("base_prob_was", Scalar::F(self.p)));
+                self.p = p;
+                self.manual = true;
+            }
+            Some(BaseProb::Auto) => self.manual = false,
+            None => {}
+        }
+        applied.params.push(("base_prob", Scalar::F(self.p)));
+        applied.params.push(("pi", Scalar::S(if self.manual { "manual" } else { "auto" })));
+        Ok(applied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::{build, Ecn, Packet};
+    use crate::qdisc::dualpi2::Params;
+
+    fn get(s: &[(&'static str, Scalar)], name: &str) -> Scalar {
+        s.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("no {name}")).1
+    }
+
+    #[test]
+    fn a_fixed_base_prob_holds_until_auto() {
+        let mut q = DualPi2::new(Params::default(), 1);
+        // A standing Classic queue 100 ms old: the PI controller would raise p'.
+        for i in 0..50 {
+            q.enqueue(Packet::from_frame(&build::ipv4_udp([2; 6], [4; 6], 1500, Ecn::NotEct), 0), i).unwrap();
+        }
+        let set = |p: BaseProb| SetParams { base_prob: Some(p), ..Default::default() };
+        let a = q.set_from_control(&set(BaseProb::Fixed(0.05))).unwrap();
+        assert_eq!(get(&a.params, "base_prob"), Scalar::F(0.05));
+        let mut t = 0;
+        for _ in 0..20 {
+            t += 16_000_000;
+            q.on_timer(t);
+        }
+        let s = q.state_for_control(t);
+        assert_eq!((get(&s.params, "base_prob"), get(&s.params, "pi")), (Scalar::F(0.05), Scalar::S("manual")));
+        assert_eq!(get(&s.params, "p_c"), Scalar::F(0.05 * 0.05));
+        assert_eq!(get(&s.params, "classic_pkts"), Scalar::U(50));
+        assert!(matches!(get(&s.params, "qdelay_ms"), Scalar::F(d) if d > 300.0), "{s:?}");
+        q.set_from_control(&set(BaseProb::Auto)).unwrap();
+        q.on_timer(t + 16_000_000);
+        assert!(q.p_prime() > 0.05, "the PI controller resumed: p' = {}", q.p_prime());
+        // k changes the coupling at once.
+        let a = q.set_from_control(&SetParams { k: Some(4.0), ..Default::default() }).unwrap();
+        assert_eq!(get(&a.params, "k_was"), Scalar::F(2.0));
+        assert_eq!(q.p_cl(), 4.0 * q.p_prime());
+    }
+
+    #[test]
+    fn out_of_range_or_foreign_fields_change_nothing() {
+        let mut q = DualPi2::new(Params::default(), 1);
+        let e = q.control_set(&SetParams { base_prob: Some(BaseProb::Fixed(1.5)), ..Default::default() }, 0);
+        assert_eq!(e.unwrap_err(), "base_prob: must be in [0, 1], got 1.5");
+        let bad = SetParams { base_prob: Some(BaseProb::Fixed(0.1)), k: Some(100.0), ..Default::default() };
+        assert!(q.control_set(&bad, 0).unwrap_err().starts_with("k: must be in [0.5, 64]"));
+        assert_eq!((q.p_prime(), q.params().k, q.manual), (0.0, 2.0, false));
+        let e = q.control_set(&SetParams { default_limit_pkts: Some(5), ..Default::default() }, 0).unwrap_err();
+        assert_eq!(e, "default_limit_pkts: not settable on dualpi2 (settable: base_prob, k)");
+        // Without drop_on_overload p' stays within 1/k.
+        let mut q = DualPi2::new(Params { drop_on_overload: false, ..Params::default() }, 1);
+        let e = q.control_set(&SetParams { base_prob: Some(BaseProb::Fixed(0.6)), ..Default::default() }, 0);
+        assert!(e.unwrap_err().contains("[0, 0.5] (1/k: drop_on_overload is off)"));
+    }
+}
