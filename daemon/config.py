@@ -151,9 +151,10 @@ KEYS: tuple[Key, ...] = (
     Key("guard", "margin", 0.05,
         "Hysteresis: the new choice must beat the current CCA by this much (Q-value or heuristic score).",
         _ge(0.0)),
-    Key("guard", "margin_rel", 0.0,
-        "Hysteresis, relative: the new choice must also beat the current CCA by this fraction of the current "
-        "CCA's |score| (DQN Q-values vary in scale with the state; 0 = off).", _ge(0.0)),
+    Key("guard", "margin_rel", 0.1,
+        "Hysteresis, relative (DQN only): the new choice must also beat the current CCA by this fraction of "
+        "the current CCA's |Q-value| (Q-values vary in scale with the state; 0 = off; 0.1 chosen on the dev "
+        "split, docs/learning.md).", _ge(0.0)),
     Key("guard", "consecutive", 3, "Hysteresis: ... on this many consecutive decisions.", _ge(1)),
     Key("guard", "max_switches_per_min", 4, "Cap on switches of one socket in any 60 s (reverts included).",
         _ge(1)),

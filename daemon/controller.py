@@ -118,7 +118,7 @@ class Controller:
         self.recorder = recorder or Recorder()
         self.state_path = state_path
         self.metrics = metrics
-        self.guard = Guard(GuardConfig.from_mapping(cfg.guard), clock=clock)
+        self.guard = Guard(GuardConfig.from_mapping(_guard_settings(cfg.guard, decider)), clock=clock)
         self.history: deque[dict[str, Any]] = deque(maxlen=int(cfg.daemon["history"]))
         self._pending_hist: dict[int, dict[str, Any]] = {}
         self.stats = TickStats()
@@ -146,7 +146,7 @@ class Controller:
         self.cfg = cfg
         self.decider = decider
         self.observe_only = isinstance(decider, ObserveDecider)
-        self.guard.cfg = GuardConfig.from_mapping(cfg.guard)
+        self.guard.cfg = GuardConfig.from_mapping(_guard_settings(cfg.guard, decider))
         self.selector = FlowSelector(cfg.flows)
         self.tick_s = float(cfg.daemon["tick_s"])
         di = float(cfg.policy["decision_interval_s"]) or decider.interval_s
@@ -642,6 +642,13 @@ class _Ccas:
 
     def __getitem__(self, i: int) -> str:
         return self.names[self.codes[i]]
+
+
+def _guard_settings(guard: dict[str, Any], decider: Decider) -> dict[str, Any]:
+    """The guard's settings for *decider*: the relative margin is for the DQN's Q-values only (the
+    heuristic's scores and the static policy's 0/1 use the absolute margin alone)."""
+    inner = getattr(decider, "inner", decider)
+    return guard if inner.kind == "dqn" else {**guard, "margin_rel": 0.0}
 
 
 def _short(d: dict[str, Any]) -> dict[str, Any]:

@@ -80,7 +80,7 @@ CAP_WINDOW_S = 60.0
 class GuardConfig:
     min_dwell_s: float = 5.0
     margin: float = 0.05
-    margin_rel: float = 0.0
+    margin_rel: float = 0.1
     consecutive: int = 3
     max_switches_per_min: int = 4
     eval_window_s: float = 0.0
