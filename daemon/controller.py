@@ -134,6 +134,7 @@ class Controller:
         self._last_q: np.ndarray | None = None
         self._last_obs: np.ndarray | None = None
         self._last_fast: set[int] = set()
+        self._last_margin: set[int] = set()
         self.last_fair: Fairness | None = None
         self._dirty = False
         self._aggregator = Aggregator()
@@ -292,22 +293,29 @@ class Controller:
         special = {f for f in busy if g.is_busy(f)} if evaluating else busy
         col_of = {acts[j]: k for k, j in enumerate(keep_cols)}
         if keep_cols and len(managed_rows):
-            q_allowed = np.nan_to_num(scores.values[np.ix_(managed_rows, keep_cols)], nan=-np.inf)
+            # float64 as the guard computes (Python floats), so the vectorised margin test agrees with it
+            q_allowed = np.nan_to_num(scores.values[np.ix_(managed_rows, keep_cols)].astype(np.float64), nan=-np.inf)
             best = np.argmax(q_allowed, axis=1)
+            q_best = q_allowed.max(axis=1)
             cur = np.array([col_of.get(v, -1) for v in names], dtype=np.int64)[codes[managed_rows]]
-            fast = (best == cur) & np.isfinite(q_allowed.max(axis=1))
+            fast = (best == cur) & np.isfinite(q_best)
+            q_cur = np.where(cur >= 0, q_allowed[np.arange(len(cur)), np.maximum(cur, 0)], -np.inf)
+            quiet = fast | (np.isfinite(q_cur) & np.isfinite(q_best) & (q_best - q_cur < self._margins(q_cur)))
         else:
-            fast = np.zeros(len(managed_rows), dtype=bool)
+            fast = quiet = np.zeros(len(managed_rows), dtype=bool)
         self.stats.decisions += len(managed_rows)
-        fast_rows = managed_rows[fast]
-        self._last_fast = set(ids[fast_rows].tolist())
+        self._last_fast = set(ids[managed_rows[fast]].tolist())
+        # margin-quiet: another CCA is preferred, by less than the guard's margin (its step 4 keeps them;
+        # a flow the guard is busy with goes the slow way below)
+        self._last_margin = set(ids[managed_rows[quiet & ~fast]].tolist())
         props = self._props = self._explore(managed_rows, ids, ccas, scores.values, keep_cols, fair, reverting, now)
         if log_all:
             todo = managed_rows.tolist()
         else:
-            extra = [f for f in special if f in self._last_fast] + [
-                f for f in props if f in self._last_fast and f not in special]
-            todo = managed_rows[~fast].tolist() + find.rows(extra)
+            lf, lm = self._last_fast, self._last_margin
+            extra = [f for f in special if f in lf or f in lm] + [
+                f for f in props if (f in lf or f in lm) and f not in special]
+            todo = managed_rows[~quiet].tolist() + find.rows(extra)
         # the slow path, with every per-row value fetched as Python objects in one go
         t = np.asarray(todo, dtype=np.int64)
         fids, curs = ids[t].tolist(), [names[c] for c in codes[t].tolist()]
@@ -317,6 +325,7 @@ class Controller:
             if fid in reverting:
                 continue
             self._last_fast.discard(fid)
+            self._last_margin.discard(fid)
             cur, q = curs[k], qrows[k]
             p = props.get(fid)
             if p is not None:
@@ -341,6 +350,11 @@ class Controller:
                 rec["verdict"] = "kept"
                 self._log_decision(rec, logging.DEBUG, force=self.cfg.log["all_decisions"])
         return out
+
+    def _margins(self, q_cur: np.ndarray) -> np.ndarray | float:
+        """The guard's margin (step 4) for each current Q-value, vectorised as Guard._margin computes it."""
+        c = self.guard.cfg
+        return np.maximum(c.margin, c.margin_rel * np.abs(q_cur)) if c.margin_rel > 0 else c.margin
 
     def _last_row(self, flow: int) -> int | None:
         if self._last_ids is None:
@@ -585,6 +599,8 @@ class Controller:
             d = self.last_decision.get(fid)
             if fid in self._last_fast:
                 d = {"action": "keep", "reason": "policy prefers the current CCA"}
+            elif fid in self._last_margin:
+                d = {"action": "keep", "reason": "another CCA preferred, by less than the margin"}
             out.append({**r, "q": {a: float(q[j]) for j, a in enumerate(acts)} if q is not None else None,
                         "thratio": fair.get(fid), "managed": fg is not None, "pinned": fg.pin if fg else None,
                         "last_action": d["action"] if d else None, "last_reason": d["reason"] if d else None})

@@ -11,6 +11,7 @@ import logging
 import math
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -540,6 +541,48 @@ def test_a_cca_leaving_the_kernel_is_logged_once_and_not_chosen(caplog: pytest.L
     msgs = [r.getMessage() for r in caplog.records]
     assert msgs.count("congestion control available again") == 1
     assert msgs.count("congestion control gone from the kernel") == 1
+
+
+def test_vectorised_keep_paths_decide_like_the_guard() -> None:
+    """The controller skips the guard for flows whose best CCA is the current one or wins by less than the
+    margin (vectorised); with log.all_decisions every flow goes through Guard.decide.  Same rows, same
+    seeds: the same switches, in the same order, on every tick."""
+    from ccswitch.daemon.controller import Controller
+
+    class Noisy(FakePlane):
+        def __init__(self, n: int) -> None:
+            super().__init__({i: ("cubic", "bbr", "pcc")[i % 3] for i in range(1, n + 1)}, {})
+            self.rng = np.random.default_rng(7)
+
+        def sample(self) -> pa.Table:
+            n = len(self.cca)
+            return _table([{"flow_id": f, "dst": f"10.0.0.{f % 4}", "cca": c, "state": 1, "interval_s": 1.0,
+                            "throughput_bps": float(t), "rtt_us": float(r), "sndq_bytes": 1000, "sent_segs": 100,
+                            "rtt_ratio": float(q), "loss_rate": float(lo)}
+                           for (f, c), t, r, q, lo in zip(self.cca.items(), self.rng.uniform(1e5, 5e7, n),
+                                                          self.rng.uniform(2e3, 8e4, n), self.rng.uniform(1, 4, n),
+                                                          self.rng.uniform(0, 0.02, n), strict=True)])
+
+    def run(all_decisions: bool) -> tuple[list, Counter]:
+        plane = Noisy(300)
+        cfg = parse_config({"daemon": {"tick_s": 1.0}, "policy": {"decision_interval_s": 1.0},
+                            "flows": {"min_age_s": 0.0}, "log": {"all_decisions": all_decisions},
+                            "guard": {"jitter_s": 0.0, "consecutive": 2, "min_dwell_s": 3.0}})
+        dec, _ = build_decider(dict(cfg.policy))
+        clock = Clock()
+        ctl = Controller(cfg, dec, plane, clock=clock, available=lambda: ["cubic", "bbr", "pcc", "reno"])
+        quiet = Counter()
+        for _ in range(12):
+            ctl.tick()
+            quiet["fast"] += len(ctl._last_fast)
+            quiet["margin"] += len(ctl._last_margin)
+            clock.t += 1.0
+        return plane.switches, quiet
+
+    fast, quiet = run(False)
+    slow, _ = run(True)
+    assert fast == slow and len(fast) > 20
+    assert quiet["margin"] > 0 and quiet["fast"] > 0  # both vectorised paths were taken
 
 
 def test_monitor_read_once_per_decision_unless_recording(tmp_path: Path) -> None:
