@@ -280,27 +280,37 @@ def plot(data: dict[str, dict[str, dict[str, list[PhaseResult]]]], ranked: Seque
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.patches
     import matplotlib.pyplot as plt
 
     cols = [(k, ph) for k in PAPER for ph in ("before", "after")]
     fig, ax = plt.subplots(figsize=(10, 4.8))
     xs = range(len(cols))
     paper = [(PAPER[k][1] if ph == "before" else PAPER[k][2]).jain for k, ph in cols]
-    ax.bar(xs, [2 * JAIN_TOL] * len(cols), bottom=[p - JAIN_TOL for p in paper], width=0.8, color="0.85",
-           label=f"paper 002 +- {JAIN_TOL:g}")
+    ax.bar(xs, [2 * JAIN_TOL] * len(cols), bottom=[p - JAIN_TOL for p in paper], width=0.8, color="0.85")
     ax.scatter(xs, paper, marker="_", s=600, color="black", zorder=3)
     n = len(ranked)
     for j, prof in enumerate(ranked):
         off = (j - (n - 1) / 2) * 0.8 / max(n, 1)
-        pts = [(x + off, _mean(data[prof][k][ph]).jain) for x, (k, ph) in enumerate(cols)
-               if data[prof].get(k, {}).get(ph)]
+        pts = []
+        for x, (k, ph) in enumerate(cols):
+            if data[prof].get(k, {}).get(ph):
+                r = _mean(data[prof][k][ph])
+                pts.append((x + off, r.jain, winner_ok(PAPER[k][1] if ph == "before" else PAPER[k][2], r.thratio)))
         if pts:
-            ax.scatter(*zip(*pts, strict=True), s=28, zorder=4, label=prof)
+            colour = f"C{j % 10}"
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=28, zorder=4, label=prof,
+                       facecolors=[colour if p[2] else "none" for p in pts], edgecolors=colour)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], ls="", marker="o", color=f"C{j % 10}", label=prof) for j, prof in enumerate(ranked)]
+    handles.append(Line2D([], [], ls="", marker="o", mfc="none", color="0.3", label="hollow: the paper's loser wins"))
     ax.set_xticks(list(xs), [f"{k} {ph}" for k, ph in cols])
     ax.set_ylabel("Jain's index (phase mean)")
     ax.set_ylim(0.45, 1.02)
     ax.set_title("Paper 002 scenarios under candidate link profiles")
-    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    handles.append(matplotlib.patches.Patch(color="0.85", label=f"paper 002 +- {JAIN_TOL:g}"))
+    ax.legend(handles=handles, fontsize=7, loc="lower right", ncol=2)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
     plt.close(fig)
