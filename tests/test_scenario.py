@@ -21,9 +21,11 @@ from ccswitch.testbed.scenario import (
     Codel,
     Fq,
     FqCodel,
+    FqPie,
     GilbertLoss,
     Lfq,
     Pfifo,
+    Pie,
     ScenarioError,
     load_scenario,
     parse_scenario,
@@ -149,6 +151,41 @@ def test_fair_queuing_qdiscs_map_onto_linkemu(tmp_path: Path) -> None:
             parse(text)
 
 
+def test_pie_and_fq_pie_map_onto_linkemu(tmp_path: Path) -> None:
+    """pie and fq_pie: None fields stay out of the config (linkemu's = Linux's defaults), set ones pass through."""
+    def uplink(qdisc: str) -> tuple[object, dict[str, object]]:
+        sc = parse(GOOD.replace('qdisc = { kind = "pfifo", limit_pkts = 50 }', qdisc))
+        return sc.link.uplink, sc.emulator_config(["c1", "c2"], "srv", 1, tmp_path)
+
+    up, cfg = uplink('qdisc = { kind = "pie" }')
+    assert up.qdisc == Pie() and up.queue_limit_pkts == 1000
+    assert cfg["uplink"]["qdisc"] == {"kind": "pie"} and cfg["downlink"]["qdisc"] == {"kind": "pie"}
+    # Paper 000's PIE: target 15 ms, tupdate 15 ms, alpha 0.125, beta 1.25, max burst 150 ms.
+    up, cfg = uplink('qdisc = { kind = "pie", target_ms = 15, tupdate_ms = 15, alpha = 0.125, beta = 1.25, '
+                     'max_burst_ms = 150, limit_pkts = 500, ecn = true, bytemode = false }')
+    assert up.queue_limit_pkts == 500
+    assert cfg["uplink"]["qdisc"] == {"kind": "pie", "target_ms": 15.0, "tupdate_ms": 15.0, "alpha": 0.125,
+                                      "beta": 1.25, "max_burst_ms": 150.0, "limit_pkts": 500, "ecn": True,
+                                      "bytemode": False}
+    up, cfg = uplink('qdisc = { kind = "fq_pie" }')
+    assert up.qdisc == FqPie() and up.queue_limit_pkts == 10_240
+    assert cfg["uplink"]["qdisc"] == {"kind": "fq_pie"}
+    # Paper 000's FQ-PIE: the PIE settings, quantum 1514, limit 10240, 6 flow queues.
+    up, cfg = uplink('qdisc = { kind = "fq_pie", flows = 6, quantum = 1514, limit_pkts = 10240, target_ms = 15, '
+                     'alpha = 0.125, beta = 1.25, ecn = true, ecn_prob_pct = 10 }')
+    assert up.qdisc == FqPie(flows=6, quantum=1514, limit_pkts=10_240, target_ms=15.0, alpha=0.125, beta=1.25,
+                             ecn=True, ecn_prob_pct=10.0)
+    assert cfg["uplink"]["qdisc"] == {"kind": "fq_pie", "flows": 6, "quantum": 1514, "target_ms": 15.0,
+                                      "alpha": 0.125, "beta": 1.25, "limit_pkts": 10_240, "ecn": True,
+                                      "ecn_prob_pct": 10.0}
+    json.dumps(cfg)
+    for kind in ("pie", "fq_pie"):
+        text = GOOD.replace("[[flows]]", "[link.wifi]\nclients = [{ phy_rate_mbit = 300 }, { phy_rate_mbit = 300 }]\n"
+                            f'queue = {{ kind = "{kind}" }}\n[[flows]]', 1)
+        with pytest.raises(ScenarioError, match=rf"^s\.toml: link\.wifi\.queue\.kind: {kind} is supported on "):
+            parse(text)
+
+
 @pytest.mark.parametrize(("change", "field", "words"), [
     (("cca = \"bbr\"", "cca = \"vegas\""), "flows[1].cca", "unknown congestion control 'vegas' (available: bbr"),
     (("duration_s = 20", "duration_s = \"long\""), "duration_s", "must be a number"),
@@ -171,6 +208,30 @@ def test_fair_queuing_qdiscs_map_onto_linkemu(tmp_path: Path) -> None:
      "link.uplink.qdisc.flow_limit_pkts", "unknown field"),
     (("kind = \"pfifo\", limit_pkts = 50", "kind = \"lfq\", idle_timeout_ms = 0"),
      "link.uplink.qdisc.idle_timeout_ms", "must be > 0"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"pie\", alpha = 3"), "link.uplink.qdisc.alpha",
+     "must be <= 2, got 3"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"pie\", alpha = 0"), "link.uplink.qdisc.alpha", "must be > 0"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"pie\", beta = -1"), "link.uplink.qdisc.beta", "must be >= 0"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"pie\", tupdate_ms = 0.01"), "link.uplink.qdisc.tupdate_ms",
+     "must be >= 0.1"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"pie\", target_ms = 0"), "link.uplink.qdisc.target_ms",
+     "must be > 0"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"pie\", limit_pkts = 0"), "link.uplink.qdisc.limit_pkts",
+     "must be >= 1"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"pie\", ecn = 1"), "link.uplink.qdisc.ecn",
+     "must be true or false"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"pie\", flows = 16"), "link.uplink.qdisc.flows",
+     "unknown field"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"pie\", ecn_prob_pct = 20"), "link.uplink.qdisc.ecn_prob_pct",
+     "unknown field"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"fq_pie\", ecn_prob_pct = 150"),
+     "link.uplink.qdisc.ecn_prob_pct", "must be <= 100, got 150"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"fq_pie\", quantum = 100"), "link.uplink.qdisc.quantum",
+     "must be >= 256, got 100"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"fq_pie\", max_burst_ms = -1"),
+     "link.uplink.qdisc.max_burst_ms", "must be >= 0"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"fq_pie\", flow_limit_pkts = 100"),
+     "link.uplink.qdisc.flow_limit_pkts", "unknown field"),
     (("flow = \"C2\"", "flow = \"C3\""), "switches[0].flow", "no flow named 'C3'"),
     (("at_s = 5", "at_s = 25"), "switches[0].at_s", "outside flow C2's lifetime"),
     (("client = 2", "client = 2\nstart_s = 30"), "flows[1].start_s", "must be before the end"),
@@ -263,7 +324,13 @@ extra = { dist = "lognormal", median_us = 50, sigma = 1 }
         'limit_pkts = 2000, ecn = true }',
         'qdisc = { kind = "fq", flow_limit_pkts = 1000, limit_pkts = 1000, flows = 64, quantum = 3028 }',
         'qdisc = { kind = "lfq" }',
-        'qdisc = { kind = "lfq", default_limit_pkts = 20, limit_pkts = 500, flows = 64, idle_timeout_ms = 1000 }')]
+        'qdisc = { kind = "lfq", default_limit_pkts = 20, limit_pkts = 500, flows = 64, idle_timeout_ms = 1000 }',
+        'qdisc = { kind = "pie" }',
+        'qdisc = { kind = "pie", target_ms = 15, tupdate_ms = 15, alpha = 0.125, beta = 1.25, max_burst_ms = 150, '
+        'limit_pkts = 500, ecn = true, bytemode = true }',
+        'qdisc = { kind = "fq_pie" }',
+        'qdisc = { kind = "fq_pie", flows = 6, quantum = 1514, limit_pkts = 10240, alpha = 0.125, beta = 1.25, '
+        'ecn = true, ecn_prob_pct = 10, max_burst_ms = 0 }')]
     scenarios = [parse(full), *fair] + [load_scenario(f, ccas=CCAS) for f in sorted(SCENARIOS.glob("*.toml"))
                                         if f.name != "space.toml"]
     for sc in scenarios:

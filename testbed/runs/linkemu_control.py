@@ -12,7 +12,7 @@ line, in order:
   ``bytes_out``, ``drops`` (per cause) and ``drops_total``, the qdisc's own values (dualpi2:
   ``base_prob``, ``pi`` "auto"/"manual", ``p_c``, ``p_cl``, ``k``, ``classic_pkts``,
   ``l4s_pkts``, ``classic_delay_ms``, ``l4s_delay_ms``, counters; lfq: ``default_limit_pkts``,
-  ...) and, for per-flow qdiscs (lfq, fq, fq_codel), ``flows_active`` and ``flows``: one object
+  ...) and, for per-flow qdiscs (lfq, fq, fq_codel, fq_pie), ``flows_active`` and ``flows``: one object
   per active flow with ``queue``, ``key`` (``src``, ``dst``, ``proto``, ``sport``, ``dport``),
   ``limit_pkts``, ``backlog_pkts``, and for lfq ``features`` (paper 001: ``queue_pkts``,
   ``queue_std_pkts``, ``limit_pkts``, ``in_rate_pps``, ``out_rate_pps``, ``since_loss_s``, 10

@@ -28,6 +28,10 @@ A scenario is a TOML file (examples in ``testbed/scenarios/``)::
                                          # flow_limit_pkts = 100 } (per-flow queues, static per-flow limit)
                                          # or { kind = "lfq", default_limit_pkts = 100 } (fq with per-flow
                                          # limits set at run time through linkemu's control socket)
+                                         # or { kind = "pie" } (RFC 8033: target_ms, tupdate_ms, alpha,
+                                         # beta, max_burst_ms, limit_pkts, ecn, bytemode) or
+                                         # { kind = "fq_pie", flows = 6 } (a PIE per flow queue; also
+                                         # flows, quantum, ecn_prob_pct)
     loss = { model = "bernoulli", p = 0.001 }      # optional; or { model = "gilbert", p_gb, p_bg, ... }
     overhead_bytes = 14                  # optional, charged per packet
     [link.downlink]                      # server -> client; default: the uplink without its loss
@@ -98,12 +102,14 @@ from .model import (
     Flow,
     Fq,
     FqCodel,
+    FqPie,
     GilbertLoss,
     Lfq,
     Link,
     LinkDir,
     Pfifo,
     PhyOverheads,
+    Pie,
     Scenario,
     ScenarioError,
     Switch,
@@ -134,12 +140,14 @@ __all__ = [
     "Flow",
     "Fq",
     "FqCodel",
+    "FqPie",
     "GilbertLoss",
     "Lfq",
     "Link",
     "LinkDir",
     "Pfifo",
     "PhyOverheads",
+    "Pie",
     "Scenario",
     "ScenarioError",
     "Switch",

@@ -192,11 +192,63 @@ class Lfq:
         return {"kind": "lfq", **_present(self)}
 
 
+@dataclass(frozen=True)
+class Pie:
+    """PIE (RFC 8033) in linkemu; None fields take linkemu's defaults (Linux sch_pie's).
+
+    ``target_ms`` 15 and ``tupdate_ms`` 15 (queue delay target, probability update interval),
+    gains ``alpha`` 0.125 and ``beta`` 1.25 Hz (Linux's ``alpha 2 beta 20`` sixteenths, 0..2;
+    auto-tuned by RFC 8033's probability ranges), burst allowance ``max_burst_ms`` 150,
+    ``limit_pkts`` 1000 (tail drop), ``ecn`` false (mark ECT packets instead of dropping while
+    p <= 10 %), ``bytemode`` false.  Paper 000's PIE settings are these defaults.
+    """
+
+    target_ms: float | None = None
+    tupdate_ms: float | None = None
+    alpha: float | None = None
+    beta: float | None = None
+    max_burst_ms: float | None = None
+    limit_pkts: int | None = None
+    ecn: bool | None = None
+    bytemode: bool | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        return {"kind": "pie", **_present(self)}
+
+
+@dataclass(frozen=True)
+class FqPie:
+    """fq_pie (Linux sch_fq_pie) in linkemu: fq_codel's queues and DRR with a PIE per queue.
+
+    PIE fields as :class:`Pie` (each queue its own drop probability), plus ``flows`` 1024,
+    ``quantum`` 1514, ``ecn_prob_pct`` 10 (with ``ecn``: mark while the queue's p is at most
+    this) and ``limit_pkts`` 10240 in all queues (beyond it the arriving packet is dropped, as
+    Linux); None fields take these defaults.  Paper 000 uses ``flows = 6``.
+    """
+
+    flows: int | None = None
+    quantum: int | None = None
+    target_ms: float | None = None
+    tupdate_ms: float | None = None
+    alpha: float | None = None
+    beta: float | None = None
+    max_burst_ms: float | None = None
+    limit_pkts: int | None = None
+    ecn: bool | None = None
+    ecn_prob_pct: float | None = None
+    bytemode: bool | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        return {"kind": "fq_pie", **_present(self)}
+
+
 FQ_DEFAULT_LIMIT_PKTS = 10_240
-"""linkemu's ``limit_pkts`` default of fq_codel, fq and lfq (Linux fq_codel's 10 * 1024)."""
+"""linkemu's ``limit_pkts`` default of fq_codel, fq, lfq and fq_pie (Linux fq_codel's 10 * 1024)."""
 FQ_DEFAULT_FLOW_LIMIT_PKTS = 100
 """fq's ``flow_limit_pkts`` and lfq's ``default_limit_pkts`` default."""
-QDISC_KINDS = ("pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq")
+PIE_DEFAULT_LIMIT_PKTS = 1000
+"""linkemu's (Linux sch_pie's) ``limit_pkts`` default of pie."""
+QDISC_KINDS = ("pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq", "pie", "fq_pie")
 
 
 @dataclass(frozen=True)
@@ -210,7 +262,7 @@ class LinkDir:
     delay_ms: float = 0.0
     """One-way propagation delay after the bottleneck."""
     loss: BernoulliLoss | GilbertLoss | None = None
-    qdisc: Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | None = None
+    qdisc: Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | None = None
     """None: linkemu's default (pfifo, 1000 packets)."""
     overhead_bytes: int | None = None
     """Bytes added to each IP packet when charging it to the rate."""
@@ -228,8 +280,10 @@ class LinkDir:
         """Packets the qdisc holds at most (all its queues together)."""
         if isinstance(self.qdisc, DualPi2):
             return self.qdisc.limit_pkts if self.qdisc.limit_pkts is not None else 10_000
-        if isinstance(self.qdisc, FqCodel | Fq | Lfq):
+        if isinstance(self.qdisc, FqCodel | Fq | Lfq | FqPie):
             return self.qdisc.limit_pkts if self.qdisc.limit_pkts is not None else FQ_DEFAULT_LIMIT_PKTS
+        if isinstance(self.qdisc, Pie):
+            return self.qdisc.limit_pkts if self.qdisc.limit_pkts is not None else PIE_DEFAULT_LIMIT_PKTS
         return self.qdisc.limit_pkts if self.qdisc is not None else Pfifo().limit_pkts
 
 

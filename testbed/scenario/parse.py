@@ -42,12 +42,14 @@ from .model import (
     Flow,
     Fq,
     FqCodel,
+    FqPie,
     GilbertLoss,
     Lfq,
     Link,
     LinkDir,
     Pfifo,
     PhyOverheads,
+    Pie,
     Scenario,
     ScenarioError,
     Switch,
@@ -124,7 +126,7 @@ def _dualpi2(t: Table) -> DualPi2:
 
 
 _FQ_QUEUES = {"flows": ("int", 1, 65_536), "quantum": ("int", 256, 1 << 20)}
-"""fq_codel's, fq's and lfq's flow queues; ranges as linkemu checks them (config.rs flow_queues)."""
+"""fq_codel's, fq's, lfq's and fq_pie's flow queues; ranges as linkemu checks them (config.rs flow_queues)."""
 
 
 def _fq_codel(t: Table) -> FqCodel:
@@ -159,8 +161,32 @@ def _lfq(t: Table) -> Lfq:
     return Lfq(**v)
 
 
-def _qdisc(t: Table) -> Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq:
+_PIE = {"target_ms": ("pos", None, 60_000.0), "tupdate_ms": ("num", 0.1, 60_000.0), "alpha": ("pos", None, 2.0),
+        "beta": ("num", 0.0, 2.0), "max_burst_ms": ("num", 0.0, 60_000.0), "limit_pkts": ("int", 1, 10_000_000),
+        "ecn": ("bool", None, None), "bytemode": ("bool", None, None)}
+"""pie's fields and fq_pie's PIE fields; ranges as linkemu checks them (config/pie.rs)."""
+
+
+def _pie(t: Table) -> Pie:
+    """The pie qdisc table (RFC 8033, Linux sch_pie's fields)."""
+    v = _optional(t, _PIE)
+    t.done()
+    return Pie(**v)
+
+
+def _fq_pie(t: Table) -> FqPie:
+    """The fq_pie qdisc table: fq_codel's flow queues, PIE's fields, ``ecn_prob_pct``."""
+    v = _optional(t, {**_FQ_QUEUES, **_PIE, "ecn_prob_pct": ("num", 0.0, 100.0)})
+    t.done()
+    return FqPie(**v)
+
+
+def _qdisc(t: Table) -> Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie:
     kind = t.string("kind", required=True, choices=QDISC_KINDS)
+    if kind == "pie":
+        return _pie(t)
+    if kind == "fq_pie":
+        return _fq_pie(t)
     if kind == "dualpi2":
         return _dualpi2(t)
     if kind == "fq_codel":
@@ -254,7 +280,7 @@ def _wifi(t: Table, clients: int) -> Wifi:
         pt.done()
     qt = t.table("queue")
     queue = _qdisc(qt) if qt is not None else None
-    if isinstance(queue, DualPi2 | FqCodel | Fq | Lfq):
+    if isinstance(queue, DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie):
         t.err(f"{t.here('queue')}.kind", f"{queue.to_config()['kind']} is supported on link.uplink/downlink only, "
                                           "not WiFi queues (use pfifo or codel)")
     wifi = Wifi(tuple(stations), agg, acc, phy, queue)

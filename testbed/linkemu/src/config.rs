@@ -21,7 +21,9 @@ use serde_json::Value;
 use crate::trace::Trace;
 
 mod lfq;
+mod pie;
 pub use lfq::{ControlConfig, Lfq};
+pub use pie::{FqPie, Pie};
 
 /// A configuration error: the dotted path of the field and what is wrong.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,7 +166,7 @@ fn one() -> f64 {
     1.0
 }
 
-/// Queue discipline: `{"kind": "pfifo" | "codel" | "dualpi2" | "fq_codel" | "fq" | "lfq", ...}`.
+/// Queue discipline: `{"kind": "pfifo" | "codel" | "dualpi2" | "fq_codel" | "fq" | "lfq" | "pie" | "fq_pie", ...}`.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind")]
 pub enum QdiscConfig {
@@ -180,6 +182,10 @@ pub enum QdiscConfig {
     Fq(Fq),
     #[serde(rename = "lfq")]
     Lfq(Lfq),
+    #[serde(rename = "pie")]
+    Pie(Pie),
+    #[serde(rename = "fq_pie")]
+    FqPie(FqPie),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -289,7 +295,7 @@ impl Default for Fq {
 
 impl<'de> Deserialize<'de> for QdiscConfig {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let kinds = ["pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq"];
+        let kinds = ["pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq", "pie", "fq_pie"];
         let (tag, v) = split_tag::<D::Error>(Value::deserialize(d)?, "kind", &kinds)?;
         Ok(match tag.as_str() {
             "pfifo" => QdiscConfig::Pfifo(sub(v)?),
@@ -297,7 +303,9 @@ impl<'de> Deserialize<'de> for QdiscConfig {
             "dualpi2" => QdiscConfig::DualPi2(sub(v)?),
             "fq_codel" => QdiscConfig::FqCodel(sub(v)?),
             "fq" => QdiscConfig::Fq(sub(v)?),
-            _ => QdiscConfig::Lfq(sub(v)?),
+            "lfq" => QdiscConfig::Lfq(sub(v)?),
+            "pie" => QdiscConfig::Pie(sub(v)?),
+            _ => QdiscConfig::FqPie(sub(v)?),
         })
     }
 }
@@ -785,6 +793,8 @@ impl QdiscConfig {
                 }
             }
             QdiscConfig::Lfq(q) => q.validate(at)?,
+            QdiscConfig::Pie(q) => q.validate(at)?,
+            QdiscConfig::FqPie(q) => q.validate(at)?,
         }
         Ok(())
     }
@@ -794,6 +804,10 @@ impl QdiscConfig {
         match self {
             QdiscConfig::DualPi2(_) => Some(
                 "dualpi2 is supported on uplink/downlink qdiscs only (WiFi queues have no timer for its PI controller)",
+            ),
+            QdiscConfig::Pie(_) | QdiscConfig::FqPie(_) => Some(
+                "pie and fq_pie are supported on uplink/downlink qdiscs only (WiFi queues have no timer for the \
+                 drop probability update); use pfifo or codel here",
             ),
             QdiscConfig::FqCodel(_) | QdiscConfig::Fq(_) | QdiscConfig::Lfq(_) => Some(
                 "fq_codel, fq and lfq are supported on uplink/downlink qdiscs only (the WiFi hop's drop accounting \
@@ -1095,7 +1109,7 @@ mod tests {
             (
                 r#"{"kind": "fq_codl"}"#,
                 "uplink.qdisc.kind",
-                "expected one of `pfifo`, `codel`, `dualpi2`, `fq_codel`, `fq`, `lfq`",
+                "expected one of `pfifo`, `codel`, `dualpi2`, `fq_codel`, `fq`, `lfq`, `pie`, `fq_pie`",
             ),
         ] {
             let e = err(&q(text));

@@ -93,7 +93,8 @@ pub struct IntervalRow {
     pub airtime_frac: Option<f64>,
     /// Per class [Classic, L4S] when the direction's qdisc is dual-queue (DualPI2).
     pub classes: Option<[ClassRow; 2]>,
-    /// DualPI2's base probability p' at the end of the interval (-1 rows only).
+    /// The qdisc's base probability at the end of the interval (DualPI2's p',
+    /// PIE's p; -1 rows only).
     pub p_prime: Option<f64>,
 }
 
@@ -413,7 +414,7 @@ pub struct Snapshot {
     pub wifi_airtime: [Vec<Nanos>; 2],
     /// Per direction: the dual-queue qdisc's [Classic, L4S] lengths (None: single queue).
     pub class_queue: [Option<[u64; 2]>; 2],
-    /// Per direction: the qdisc's base probability (DualPI2's p'), if any.
+    /// Per direction: the qdisc's base probability (DualPI2's p', PIE's p), if any.
     pub p_prime: [Option<f64>; 2],
 }
 
@@ -654,7 +655,7 @@ impl Stats {
             let mut all =
                 row(&d.acc_all, -1, Some(snap.link_queue[di]), airtime.as_ref().map(|v| frac(v.iter().sum())));
             all.classes = classes(&d.acc_all, snap.class_queue[di]);
-            all.p_prime = if dual { snap.p_prime[di] } else { None };
+            all.p_prime = snap.p_prime[di]; // DualPI2's p', PIE's p; None for the others
             rows.push(all);
             for c in 0..self.n {
                 let q = if self.wifi { snap.wifi_queue[di].get(c).copied() } else { None };

@@ -392,3 +392,45 @@ fn fq_codel_uplink_isolates_clients_and_reports_flows() {
     assert_eq!(dropped, c0["drops_total"].as_u64().unwrap());
     assert_eq!(s.engine.link(Dir::Up).qdisc_kind(), "fq_codel");
 }
+
+#[test]
+fn pie_uplink_reports_its_probability() {
+    // Uplink: PIE at 12 Mbit/s (one 1500-byte packet per ms), client 0 sends
+    // unresponsive UDP at 1.2x: PIE drops 1/6 and holds the queue near 15 ms;
+    // intervals.csv's p_prime carries PIE's p, summary.json its counters, the
+    // control socket's state its p and queue delay.
+    let up = r#""uplink": {"rate_mbit": 12.0, "delay_ms": 5, "qdisc": {"kind": "pie"}}"#;
+    let json = cfg("")
+        .replace(r#""uplink": {"rate_mbit": 12.0, "delay_ms": 5, "qdisc": {"kind": "pfifo", "limit_pkts": 10}}"#, up);
+    let mut s = Sim::new(&json.replace("\"per_packet\": true", "\"per_packet\": false"));
+    let dur = 20 * NS_PER_S;
+    let mut t = T0;
+    while t < T0 + dur {
+        s.inject(t, 0, udp(SRV, C0, 1500));
+        t += 833_333;
+    }
+    s.run_until(T0 + dur + 100 * NS_PER_MS);
+    let q = s.engine.link(Dir::Up).qdisc().stats_json().unwrap();
+    let state = s.engine.link(Dir::Up).qdisc().control_state(s.clock.now(), 16);
+    let inside = s.engine.finish(s.clock.now());
+    let j = s.engine.stats.direction_json(Dir::Up, inside[0]);
+    assert_eq!(q["kind"], "pie");
+    assert_eq!(q["aqm_drops"].as_u64(), j["drops"]["aqm"].as_u64());
+    assert!(q["prob_mean"].as_f64().unwrap() > 0.1, "{q}");
+    let rows = s.rows.lock().unwrap().clone();
+    // Once p has climbed (it starts at 0 with tiny auto-tuned gains): the
+    // 100-ms rows of the last 10 s average 15 ms (+-1 ms, see pie_tests.rs).
+    let late: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.dir == Dir::Up && r.client == -1 && r.t_s > 10.0 && r.t_s <= 20.0)
+        .map(|r| r.sojourn_mean_us)
+        .collect();
+    let mean = late.iter().sum::<f64>() / late.len() as f64;
+    assert!(late.len() == 100 && (mean - 15_000.0).abs() < 1_000.0, "sojourn {mean} us");
+    let at15 = |d: Dir| rows.iter().find(|r| (r.t_s - 15.0).abs() < 1e-9 && r.dir == d && r.client == -1).unwrap();
+    let p = at15(Dir::Up).p_prime.unwrap();
+    assert!(p > 0.2 && p < 0.4, "p {p}");
+    assert!(at15(Dir::Up).classes.is_none() && at15(Dir::Down).p_prime.is_none());
+    assert_eq!((state.kind, state.params[0].0), ("pie", "prob"));
+    assert!(state.params.iter().any(|(n, _)| *n == "qdelay_ms"));
+}

@@ -37,9 +37,10 @@
 //! `bytes_out` (delivered), `drops` {cause: count} and `drops_total` (the
 //! direction's, as summary.json), the qdisc's own values (DualPI2:
 //! `base_prob`, `pi`, `p_c`, `p_cl`, `k`, per-class lengths and head delays,
-//! counters; lfq: `default_limit_pkts`, ...), and for per-flow qdiscs
-//! `flows_active` and `flows` [{`queue`, `key`, `shared`, `limit_pkts`,
-//! `backlog_pkts`, `backlog_bytes`, ...; lfq: `features` {name: [10
+//! counters; pie: `prob`, `qdelay_ms`, ...; lfq: `default_limit_pkts`, ...),
+//! and for per-flow qdiscs `flows_active` and `flows` [{`queue`, `key`,
+//! `shared`, `limit_pkts`, `backlog_pkts`, `backlog_bytes`, ...; fq_pie:
+//! `prob`, `qdelay_ms`, `burst_allowance_ms`; lfq: `features` {name: [10
 //! values]}}] with lfq's `weights`.
 //!
 //! # Threads and cost

@@ -224,6 +224,42 @@ fn bad_requests_get_one_line_errors_and_change_nothing() {
     assert_eq!(ask(&mut p, r#"{"op": "state"}"#)["uplink"]["kind"], "pfifo");
 }
 
+#[test]
+fn pie_and_fq_pie_state() {
+    // Into 10 Mbit/s: 0.2 s at 100 Mbit/s (the 1000-packet limit overflows),
+    // then 12.5 Mbit/s for 6.4 s: a standing queue, p above 0.
+    let mut e = engine_with(r#"{"kind": "pie"}"#);
+    traffic(&mut e, &[4000], 2_000);
+    traffic_gap(&mut e, 4000, 8_000, 800_000);
+    let up = &ask(&mut e, r#"{"op": "state", "dir": "uplink"}"#)["uplink"];
+    assert_eq!((&up["kind"], &up["target_ms"], &up["alpha"]), (&json!("pie"), &json!(15.0), &json!(0.125)));
+    assert!(up["prob"].as_f64().unwrap() > 0.0 && up["qdelay_ms"].as_f64().unwrap() > 0.0, "{up}");
+    assert_eq!(up["packets_in"], json!(10_000)); // the direction's, not pie's enqueued_pkts
+    assert!(up["enqueued_pkts"].as_u64().unwrap() < 10_000 && up.get("flows").is_none(), "{up}");
+    let set = error(&mut e, r#"{"op": "set", "dir": "uplink", "k": 2}"#);
+    assert!(set.starts_with("k: pie has no parameters settable"), "{set}");
+    // fq_pie: per-flow p of each queue holding packets, at most max_flows.
+    let mut e = engine_with(r#"{"kind": "fq_pie"}"#);
+    traffic(&mut e, &[4000, 4001], 2_000);
+    let up = &ask(&mut e, r#"{"op": "state", "dir": "uplink", "max_flows": 1}"#)["uplink"];
+    assert_eq!((&up["kind"], &up["flows_active"], &up["ecn_prob_pct"]), (&json!("fq_pie"), &json!(2), &json!(10.0)));
+    let flows = up["flows"].as_array().unwrap();
+    assert_eq!(flows.len(), 1);
+    assert!(flows[0]["prob"].is_number() && flows[0]["qdelay_ms"].is_number(), "{up}");
+    assert_eq!(flows[0]["burst_allowance_ms"], json!(0.0), "0.4 s of dequeuing used it up: {up}");
+}
+
+/// `n` packets of 1250 bytes from port `sport`, `gap` ns apart, uplink.
+fn traffic_gap(e: &mut Engine, sport: u16, n: usize, gap: Nanos) {
+    let mut t = e.now();
+    for _ in 0..n {
+        t += gap;
+        let f = build::ipv4_udp_ports(SRV, C0, 1250, Ecn::NotEct, sport, 5201);
+        e.ingress(0, Packet::from_frame(&f, 0), t);
+        e.take_emits().for_each(drop);
+    }
+}
+
 fn socket_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("linkemu-{name}-{}.sock", std::process::id()))
 }

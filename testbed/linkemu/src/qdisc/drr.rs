@@ -1,5 +1,6 @@
 //! Per-flow queues served by deficit round robin: the scheduler that
-//! fq_codel and fq share (RFC 8290 section 4; Linux net/sched/sch_fq_codel.c).
+//! fq_codel, fq, lfq and fq_pie share (RFC 8290 section 4; Linux
+//! net/sched/sch_fq_codel.c).
 //!
 //! **Classification.**  A packet goes to queue `hash(5-tuple) * flows >> 32`
 //! of `flows` (1024) FIFOs, with a seeded hash ([`crate::flow`]); packets
@@ -29,8 +30,8 @@
 //! quantum still covers one full-size packet).
 //!
 //! Each queue carries the discipline's per-queue state `V` (fq_codel: its
-//! CoDel variables; fq: nothing).  Counters per 5-tuple are kept in
-//! [`FlowStats`].
+//! CoDel variables; fq_pie: its PIE controller; fq: nothing).  Counters per
+//! 5-tuple are kept in [`FlowStats`].
 
 use std::collections::VecDeque;
 
@@ -60,6 +61,13 @@ struct Slot<V> {
 pub struct FlowSource<'a> {
     q: &'a mut Fifo,
     others: usize,
+}
+
+impl FlowSource<'_> {
+    /// Bytes left in this flow's own queue (fq_pie's per-flow PIE).
+    pub fn flow_bytes(&self) -> usize {
+        self.q.bytes()
+    }
 }
 
 impl CodelQueue for FlowSource<'_> {

@@ -1,5 +1,5 @@
-//! Per-flow counters of the fair-queuing disciplines (fq_codel, fq), for
-//! summary.json's `qdisc_stats`.
+//! Per-flow counters of the fair-queuing disciplines (fq_codel, fq, lfq,
+//! fq_pie), for summary.json's `qdisc_stats`.
 //!
 //! Every arriving packet is counted under its 5-tuple ([`crate::flow`]),
 //! whatever queue it hashes to, so hash collisions show up (`shared_queues`:
@@ -14,8 +14,9 @@
 //! Per flow: packets/bytes offered (`packets_in`, `bytes_in`, every arrival,
 //! refused or not) and sent (`packets_out`, `bytes_out`), drops by cause
 //! (`overflow`: the discipline's packet limit; `flow_limit`: fq's per-flow
-//! limit; `aqm`: CoDel), CE marks, and the mean and largest sojourn of its
-//! packets in the discipline.
+//! limit; `aqm`: CoDel or PIE), CE marks (fq_codel: counted as the packet
+//! leaves; fq_pie: when it marks, at enqueue), and the mean and largest
+//! sojourn of its packets in the discipline.
 
 use std::collections::HashMap;
 
@@ -33,11 +34,11 @@ pub const TOP_FLOWS: usize = 64;
 /// Why a fair-queuing discipline dropped a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlowDrop {
-    /// The discipline's packet limit (fq_codel: head of the fattest flow; fq: the arrival).
+    /// The discipline's packet limit (fq_codel: head of the fattest flow; fq, fq_pie: the arrival).
     Overflow = 0,
     /// fq's per-flow packet limit (the arrival).
     FlowLimit = 1,
-    /// CoDel's control law (fq_codel).
+    /// The AQM: CoDel's control law (fq_codel), PIE's drop at enqueue (fq_pie).
     Aqm = 2,
 }
 
@@ -135,6 +136,11 @@ impl FlowStats {
             c.sojourn_sum += sojourn as u128;
             c.sojourn_max = c.sojourn_max.max(sojourn);
         });
+    }
+
+    /// `pkt` was CE-marked at enqueue (fq_pie; fq_codel marks at dequeue, see `on_dequeue`).
+    pub fn on_mark(&mut self, pkt: &Packet) {
+        self.both(pkt, |c| c.ecn_marks += 1);
     }
 
     pub fn on_drop(&mut self, pkt: &Packet, cause: FlowDrop) {

@@ -18,7 +18,8 @@
 //!   discipline then drops instead).  Classifiers read [`Packet::ecn`]
 //!   (DualPI2 puts ECT(1) and CE into its L4S queue).
 //! * Disciplines with a periodic control loop (DualPI2 updates its PI
-//!   controller every 16 ms) report the instant of their next update with
+//!   controller every 16 ms, PIE and fq_pie their drop probabilities every
+//!   15 ms) report the instant of their next update with
 //!   `next_timer` and get `on_timer` at that instant; the link folds it into
 //!   its own event schedule.
 //!
@@ -30,14 +31,18 @@
 //! Adding a discipline: implement the trait in a new file, add a variant to
 //! [`crate::config::QdiscConfig`] and a line to [`build`].
 //!
-//! Fair-queuing disciplines (fq_codel, fq) keep one FIFO per flow queue
-//! ([`drr::FlowQueues`], shared by both), override `len`, `bytes` and
+//! Fair-queuing disciplines (fq_codel, fq, lfq, fq_pie) keep one FIFO per
+//! flow queue ([`drr::FlowQueues`], shared by all), override `len`, `bytes` and
 //! `head_enqueued` (which would otherwise walk all 1024 queues), tag each
 //! packet with its flow ([`Packet::flow`]) and report per-flow counters
 //! through `stats_json` ([`flow_stats`]).
 //!
 //! lfq is fq with a per-flow limit an agent changes at run time and the
 //! per-flow features of paper 001 ([`lfq`], [`lfq_features`]).
+//!
+//! PIE (RFC 8033) decides at enqueue; its controller ([`pie::PieVars`]) runs
+//! once in `pie` and once per flow queue in `fq_pie` ([`fq_pie`]); their
+//! virtual-time tests are in `pie_tests.rs`.
 //!
 //! The control socket ([`crate::control`]) reads a discipline through
 //! `control_state` and changes it through `control_set` ([`control`]: plain
@@ -58,6 +63,7 @@ pub mod fifo;
 pub mod flow_stats;
 pub mod fq;
 pub mod fq_codel;
+pub mod fq_pie;
 #[cfg(test)]
 mod fq_tests;
 pub mod lfq;
@@ -65,6 +71,9 @@ pub mod lfq_features;
 #[cfg(test)]
 mod lfq_tests;
 pub mod pfifo;
+pub mod pie;
+#[cfg(test)]
+mod pie_tests;
 
 use self::control::{QdiscState, SetApplied, SetParams};
 use self::fifo::Fifo;
@@ -169,7 +178,7 @@ pub trait Qdisc: Send {
     /// `next_timer` past `now`.
     fn on_timer(&mut self, _now: Nanos) {}
 
-    /// Short name for logs and the summary ("pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq").
+    /// Short name for logs and the summary ("pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq", "pie", "fq_pie").
     fn kind(&self) -> &'static str;
 
     /// Packets per class [Classic, L4S] of a dual-queue discipline (None: single queue).
@@ -177,7 +186,8 @@ pub trait Qdisc: Send {
         None
     }
 
-    /// Base drop/mark probability of a PI controller (DualPI2's p'), if any.
+    /// Base drop/mark probability of a PI controller (DualPI2's p', PIE's p), if
+    /// any; intervals.csv's `p_prime`.
     fn base_prob(&self) -> Option<f64> {
         None
     }
@@ -220,7 +230,8 @@ pub trait Qdisc: Send {
 }
 
 /// Instantiate the discipline a config describes; `seed` feeds its random
-/// stream (DualPI2's drop/mark draws) or its flow hash (fq_codel, fq, lfq).
+/// stream (DualPI2's and PIE's drop/mark draws) and its flow hash (fq_codel,
+/// fq, lfq, fq_pie).
 pub fn build(cfg: &QdiscConfig, seed: u64) -> Box<dyn Qdisc> {
     match cfg {
         QdiscConfig::Pfifo(p) => Box::new(pfifo::Pfifo::new(p.limit_pkts)),
@@ -234,5 +245,7 @@ pub fn build(cfg: &QdiscConfig, seed: u64) -> Box<dyn Qdisc> {
         QdiscConfig::FqCodel(f) => Box::new(fq_codel::FqCodel::from_config(f, seed)),
         QdiscConfig::Fq(f) => Box::new(fq::Fq::from_config(f, seed)),
         QdiscConfig::Lfq(f) => Box::new(lfq::Lfq::from_config(f, seed)),
+        QdiscConfig::Pie(p) => Box::new(pie::Pie::from_config(p, seed)),
+        QdiscConfig::FqPie(f) => Box::new(fq_pie::FqPie::from_config(f, seed)),
     }
 }
