@@ -219,7 +219,9 @@ def test_prague_reduces_in_proportion_to_marks(bottleneck) -> None:
     must leave a much smaller window than AccECN's proportional reaction
     (measured ~10 vs ~42 idle, 14 vs 26 in a loaded CI run; accepted: AccECN
     > 1.5x classic, well clear of the ~1x a sender that halved on every mark
-    in AccECN mode too would give).
+    in AccECN mode too would give).  Also measured at most twice: a CI run on
+    25 Nov saw 32 vs 25 once; a sender that halved on every mark in AccECN
+    mode fails both pairs.
     """
     bn = bottleneck
     tried = []
@@ -236,10 +238,18 @@ def test_prague_reduces_in_proportion_to_marks(bottleneck) -> None:
             break
     else:
         raise AssertionError(f"window ratio at 5% vs 20% marks outside 1.6..7 twice: {tried}")
-    classic, _ = marked_run(bn, 5433, 0.05, None)
-    assert {r["ecn_mode"] for r in classic} == {ECN_RFC3168}
-    w_classic = statistics.mean(r["cwnd_segs"] for r in classic)
-    assert w_low > 1.5 * w_classic, (w_low, w_classic)
+    tried_classic = []
+    for attempt in range(2):
+        classic, _ = marked_run(bn, 5433 + 5 * attempt, 0.05, None)
+        assert {r["ecn_mode"] for r in classic} == {ECN_RFC3168}
+        w_classic = statistics.mean(r["cwnd_segs"] for r in classic)
+        tried_classic.append({"w_accecn": w_low, "w_classic": w_classic, "fed_back": fed_back_fraction(classic)})
+        if w_low > 1.5 * w_classic:
+            break
+        low, _ = marked_run(bn, 5434 + 5 * attempt, 0.05, "prague")  # a fresh AccECN side for the next pair
+        w_low = statistics.mean(r["cwnd_segs"] for r in low)
+    else:
+        raise AssertionError(f"AccECN window not > 1.5x classic at 5% marks, twice: {tried_classic}")
     # alpha follows the marks: the flows kept most of the link (reaction, not collapse)
     assert statistics.mean(r["goodput_bps"] for r in high) >= 0.7 * RATE_MBIT * 1e6
 
