@@ -44,6 +44,9 @@ def timed(fn) -> tuple[float, float, int]:
 def measure(dp: DataPlane, passes: int) -> dict[str, tuple[list[float], list[float], int]]:
     mon = dp.monitor
     assert mon is not None
+    if not mon.tracked:
+        raise SystemExit("sampling_cost: this kernel refuses the socket-storage iterator (the monitor fell back "
+                         "to the full walk for every pass), so there is no tracked pass to time")
     mon.snapshot(full=True)  # adopt every socket into the tracked set
     out: dict[str, tuple[list[float], list[float], int]] = {k: ([], [], 0) for k in ("tracked", "full", "tick")}
     dp.sample()

@@ -10,18 +10,25 @@ table (iter/tcp, a fixed ~2 ms for its 262,144 buckets plus the sockets)
 runs on the first snapshot and then every FULL_WALK_EVERY_S, to adopt
 sockets that predate the monitor or escaped its sockops hook (a socket in
 a cgroup outside the hooked one).  Both passes write the same records.
+
+Some kernels refuse map-element iterators (iter/bpf_sk_storage_map,
+iter/bpf_map_elem, iter/sockmap) with EPERM even to root: seen on a 6.18
+Firecracker build, where iter/tcp and iter/task load.  The monitor then loads
+without the tracked pass, says so once, and every snapshot is the full walk:
+the same records at the full walk's fixed cost (`Monitor.tracked` is False).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import time
 from pathlib import Path
 
 import numpy as np
 
-from ccswitch.bpf.libbpf import BpfObject, Link, run_iter
+from ccswitch.bpf.libbpf import BpfError, BpfObject, Link, run_iter
 from ccswitch.host import cgroup2_root, netns_cookie
 
 OBJ_PATH = Path(__file__).with_name("monitor.bpf.o")
@@ -53,6 +60,32 @@ FLOW_RECORD_DTYPE = np.dtype({"names": FLOW_RECORD_DTYPE.names,
                               "itemsize": FLOW_RECORD_SIZE})
 
 
+def _load_object(obj_path: Path) -> tuple[BpfObject, bool]:
+    """The loaded monitor object and whether it has the tracked pass.
+
+    A kernel that refuses the socket-storage iterator gets the object without
+    it (one warning); any other load failure is raised as it is.
+    """
+    obj = BpfObject(obj_path)
+    try:
+        obj.load()
+        return obj, True
+    except BpfError as first:
+        obj.close()
+        refused = first
+    obj = BpfObject(obj_path)
+    try:
+        obj.set_autoload("ccs_sample_tracked", False)
+        obj.load()
+    except BaseException:
+        obj.close()
+        raise refused from None
+    log.warning("monitor: this kernel refuses the socket-storage iterator (%s); every sampling pass walks "
+                "the whole TCP hash table instead (same records, a fixed ~2 ms per pass)",
+                os.strerror(refused.errno) if refused.errno else refused)
+    return obj, False
+
+
 class Monitor:
     """The loaded monitor for the current network namespace.
 
@@ -62,15 +95,15 @@ class Monitor:
 
     def __init__(self, obj_path: Path = OBJ_PATH, cgroup: str | None = None):
         self.netns_cookie = netns_cookie()
-        self._obj = BpfObject(obj_path)
+        self._obj, self.tracked = _load_object(obj_path)
         try:
-            self._obj.load()
             self._obj.map("ccs_mon_cfg").update(struct.pack("<I", 0),
                                                 struct.pack("<Q", self.netns_cookie))
             self.cgroup = cgroup or cgroup2_root()
             self.sockops_link: Link = self._obj.attach_cgroup("ccs_sockops", self.cgroup)
             self.iter_link: Link = self._obj.attach_iter("ccs_sample")
-            self.tracked_link: Link = self._obj.attach_iter("ccs_sample_tracked", map_name="ccs_flow_sk")
+            self.tracked_link: Link = (self._obj.attach_iter("ccs_sample_tracked", map_name="ccs_flow_sk")
+                                       if self.tracked else self.iter_link)
         except BaseException:
             self._obj.close()
             raise
@@ -82,6 +115,7 @@ class Monitor:
 
         full=None: the tracked pass, or the full walk when FULL_WALK_EVERY_S
         has passed since the last one; True/False force one (benchmarks).
+        Without the tracked pass (`tracked` False) every snapshot is the full walk.
         """
         self._keep_sockops_attached()
         now = time.monotonic()

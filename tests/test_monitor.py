@@ -165,3 +165,43 @@ def test_cgroup_and_tuple_identify_the_owner(bottleneck, iperf3, tmp_path) -> No
     assert r["cgroup_id"] == group_id
     assert (r["src"], r["sport"], r["dst"], r["dport"]) == (
         bottleneck.sender_addr, CPORT, bottleneck.receiver_addr, PORT)
+
+
+def test_kernel_refusing_the_tracked_pass_falls_back_to_the_full_walk(bottleneck, iperf3, monkeypatch,
+                                                                     caplog) -> None:
+    """A kernel that refuses iter/bpf_sk_storage_map (EPERM) still gets every flow, from the full walk.
+
+    The refusal is forced here by failing the first load with EPERM (some kernels do it for real:
+    a 6.18 Firecracker build refuses every map-element iterator even to root).  One warning names
+    it; snapshots of both kinds are full walks that carry the flow.
+    """
+    import errno
+    import logging
+
+    from ccswitch.bpf import libbpf, monitor
+
+    real_load, calls = libbpf.BpfObject.load, []
+
+    def refuse_first(self: libbpf.BpfObject) -> None:
+        calls.append(self.path.name)
+        if len(calls) == 1 and self.path == monitor.OBJ_PATH:
+            err = libbpf.BpfError("load of monitor.bpf.o: Operation not permitted (errno 1)")
+            err.errno = errno.EPERM
+            raise err
+        real_load(self)
+
+    monkeypatch.setattr(libbpf.BpfObject, "load", refuse_first)
+    with caplog.at_level(logging.WARNING, logger="ccswitch.monitor"), \
+            start_server(bottleneck.receiver, PORT, bind=bottleneck.receiver_addr), \
+            entered(bottleneck.sender), DataPlane(pcc=False) as dp:
+        assert dp.monitor is not None and not dp.monitor.tracked
+        flow = start_flow(bottleneck.sender, bottleneck.receiver_addr, PORT, cca="cubic", seconds=3, cport=CPORT)
+        time.sleep(1)
+        dp.sample()
+        rows = sample_for(dp, 1, CPORT)
+        pass_ports = set(dp.monitor.snapshot(full=False)["sport"].tolist())
+        flow.wait(timeout=30)
+    assert rows and rows[-1]["goodput_bps"] > 0
+    assert CPORT in pass_ports
+    refusals = [r for r in caplog.records if "refuses the socket-storage iterator" in r.getMessage()]
+    assert len(refusals) == 1
