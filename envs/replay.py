@@ -163,19 +163,34 @@ class ReplayCorpus:
         self.warmup_bins = warmup_bins
 
     @classmethod
-    def load(cls, path: str | Path | None = None, *, actions: Sequence[str] = ACTIONS, window: int = WINDOW,
-             warmup_s: float = WARMUP_S, log: Callable[[str], None] | None = None) -> ReplayCorpus:
-        root = Path(path) if path is not None else DEFAULT_CORPUS
-        captures = find_captures(root)
-        if not captures:
-            raise TraceError(f"{root}: no captures (folders with manifest.json) found")
+    def load(cls, path: str | Path | Sequence[str | Path] | None = None, *, actions: Sequence[str] = ACTIONS,
+             window: int = WINDOW, warmup_s: float = WARMUP_S,
+             log: Callable[[str], None] | None = None) -> ReplayCorpus:
+        """Every usable condition under `path`: one corpus folder, or several read as one.
+
+        Several folders (e.g. the space corpus beside the sample) must not share a
+        condition id; the fingerprint then covers the captures of all of them.
+        """
+        roots = _roots(path)
+        root = roots[0] if len(roots) == 1 else Path(" + ".join(str(r) for r in roots))
+        captures = []
+        for r in roots:
+            found = find_captures(r)
+            if not found:
+                raise TraceError(f"{r}: no captures (folders with manifest.json) found")
+            captures += found
         by_cond: dict[str, list[Capture]] = {}
+        origin: dict[str, Path] = {}
         skipped = 0
-        for c in captures:
-            if c.condition is None or c.manifest.get("arm") is None or c.agent_flow() is None:
-                skipped += 1
-                continue
-            by_cond.setdefault(c.condition, []).append(c)
+        for r in roots:
+            for c in (c for c in captures if c.path.is_relative_to(r)):
+                if c.condition is None or c.manifest.get("arm") is None or c.agent_flow() is None:
+                    skipped += 1
+                    continue
+                if origin.setdefault(c.condition, r) != r:
+                    raise TraceError(f"condition {c.condition} is in both {origin[c.condition]} and {r}: "
+                                     f"corpora read together must not share condition ids")
+                by_cond.setdefault(c.condition, []).append(c)
         conditions = []
         interval = None
         notes: list[str] = []  # skipped traces and conditions: summarised below, not one line each
@@ -197,6 +212,7 @@ class ReplayCorpus:
             log(f"{root}: {skipped} capture(s) without condition/arm/agent flow skipped (not replayable)")
         corpus = cls(conditions, actions, str(root), window,
                      round(warmup_s / (interval or 1.0)))
+        corpus.sources = [str(r) for r in roots]
         corpus.interval_s = interval or 1.0
         corpus.n_captures = len(captures)
         corpus.fingerprint = hashlib.sha256("\n".join(sorted(
@@ -205,6 +221,8 @@ class ReplayCorpus:
         return corpus
 
     interval_s: float = 1.0
+    sources: list[str] = []  # noqa: RUF012 -- replaced per instance by load()
+    """The corpus folders read, in the order given."""
     n_captures: int = 0
     fingerprint: str = ""
     """sha256 over the capture ids and their samples' sha256: identifies the data a policy was trained on."""
@@ -219,6 +237,17 @@ class ReplayCorpus:
         ids = condition_ids if condition_ids is not None else self.ids()
         rows = [t.raw[self.warmup_bins:c.length] for c in (self.conditions[i] for i in ids) for t in c.traces]
         return Normalisation.fit(np.concatenate(rows)) if rows else Normalisation.identity()
+
+
+def _roots(path: str | Path | Sequence[str | Path] | None) -> list[Path]:
+    if path is None:
+        return [DEFAULT_CORPUS]
+    if isinstance(path, (str, Path)):
+        return [Path(path)]
+    roots = [Path(p) for p in path]
+    if not roots:
+        raise TraceError("no corpus folder given")
+    return roots
 
 
 def _load_condition(cid: str, caps: list[Capture], actions: Sequence[str], warmup_bins: int, window: int,

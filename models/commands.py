@@ -18,8 +18,9 @@ __all__ = ["evaluate_cmd", "train_cmd"]
 
 
 @click.command("train")
-@click.option("--data", type=click.Path(exists=True, file_okay=False),
-              help="Corpus folder (default: the shipped sample, datasets/sample/).")
+@click.option("--data", type=click.Path(exists=True, file_okay=False), multiple=True,
+              help="Corpus folder (default: the shipped sample, datasets/sample/); repeat it to train on "
+                   "several corpora read as one, e.g. --data datasets/space --data datasets/sample.")
 @click.option("--out", type=click.Path(file_okay=False), help="Run folder (default: results/train-TIMESTAMP).")
 @click.option("--episodes", type=int, help="Training episodes (default 1000, paper 002).")
 @click.option("--seed", type=int, help="Random seed (default 1).")
@@ -31,8 +32,9 @@ __all__ = ["evaluate_cmd", "train_cmd"]
 @click.option("--no-plots", is_flag=True, help="Skip the training plots.")
 @click.option("--no-tensorboard", is_flag=True, help="Skip the TensorBoard logs.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def train_cmd(data: str | None, out: str | None, episodes: int | None, seed: int | None, overrides: tuple[str, ...],
-              export_to: str | None, no_plots: bool, no_tensorboard: bool, quiet: bool) -> None:
+def train_cmd(data: tuple[str, ...], out: str | None, episodes: int | None, seed: int | None,
+              overrides: tuple[str, ...], export_to: str | None, no_plots: bool, no_tensorboard: bool,
+              quiet: bool) -> None:
     """Train the DQN on a corpus; writes the policy file, logs, history and plots (paper 002 figs 17-19)."""
     import shutil
 
@@ -42,7 +44,8 @@ def train_cmd(data: str | None, out: str | None, episodes: int | None, seed: int
              *([f"seed={seed}"] if seed is not None else []), *overrides]
     hp = apply_overrides(Hyperparameters(), extra)
     out_dir = Path(out) if out else Path("results") / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
-    res = train(hp, data, out_dir, progress=not quiet, plots=not no_plots, tensorboard=not no_tensorboard,
+    corpus = None if not data else data[0] if len(data) == 1 else list(data)
+    res = train(hp, corpus, out_dir, progress=not quiet, plots=not no_plots, tensorboard=not no_tensorboard,
                 log=lambda m: click.echo(m, err=True))
     if export_to:
         Path(export_to).parent.mkdir(parents=True, exist_ok=True)
@@ -161,11 +164,12 @@ def _evaluate_matrix(policy: str | None, split: str, baseline: str | None, seeds
         fail(f"{failed} run(s) failed (see {out_dir}/failures.jsonl); the same command resumes them")
 
 
-def _trained_on(corpus: str | None) -> Path | None:
-    """The policy's training corpus, if it is here (relative paths: to the repository root)."""
+def _trained_on(corpus: str | list[str] | None) -> Path | list[Path] | None:
+    """The policy's training corpus (one folder or several), if it is here (relative paths: to the repository)."""
     if not corpus:
         return None
-    p = Path(corpus)
-    if not p.is_absolute():
-        p = Path(__file__).resolve().parent.parent / p
-    return p if p.is_dir() else None
+    paths = [Path(c) if Path(c).is_absolute() else Path(__file__).resolve().parent.parent / c
+             for c in ([corpus] if isinstance(corpus, str) else corpus)]
+    if not all(p.is_dir() for p in paths):
+        return None
+    return paths[0] if isinstance(corpus, str) else paths

@@ -308,7 +308,7 @@ def _quiet_tensorflow() -> None:
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 
-def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus | None = None,
+def train(hp: Hyperparameters | None = None, corpus: str | Path | list[str] | ReplayCorpus | None = None,
           out_dir: str | Path | None = None, *, progress: bool = True, plots: bool = True,
           tensorboard: bool = True, log: Callable[[str], None] = print,
           split: tuple[Sequence[str], Sequence[str]] | None = None) -> TrainResult:
@@ -464,8 +464,8 @@ def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus |
     final = evaluations[-1] if evaluations else {}
     meta = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "corpus": _portable(replay.source), "corpus_fingerprint": replay.fingerprint,
-        "corpus_space": _corpus_space(replay.source),
+        "corpus": _recorded_corpus(replay), "corpus_fingerprint": replay.fingerprint,
+        "corpus_space": next(filter(None, map(_corpus_space, replay.sources or [replay.source])), None),
         "corpus_captures": replay.n_captures, "interval_s": replay.interval_s,
         "train_conditions": env.train_ids, "test_conditions": env.test_ids,
         "hyperparameters": hp.as_dict(), "reward": hp.reward.as_dict(),
@@ -492,6 +492,12 @@ def train(hp: Hyperparameters | None = None, corpus: str | Path | ReplayCorpus |
         f"{final.get('reward') or float('nan'):.2f}/episode, accuracy {100 * (final.get('accuracy') or 0):.1f} %; "
         f"policy -> {policy_path}")
     return TrainResult(out, policy_path, history, evaluations, wall, final)
+
+
+def _recorded_corpus(replay: ReplayCorpus) -> str | list[str]:
+    """The training record's ``corpus``: one folder, or the list of folders read together."""
+    sources = [_portable(s) for s in (replay.sources or [replay.source])]
+    return sources[0] if len(sources) == 1 else sources
 
 
 def _corpus_space(source: str) -> str | None:

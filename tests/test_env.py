@@ -256,3 +256,21 @@ def test_observation_builder_same_flows_fast_path_matches_lookup() -> None:
             w = obs_f[3, :24].reshape(4, 6)
             assert (w == w[-1]).all()
     assert list(obs_f[3, 24:27]) == [1.0, 0.0, 0.0] and list(obs_f[2, 24:27]) == [0.0, 0.0, 0.0]  # reno: none
+
+
+def test_several_corpus_folders_read_as_one(corpus_dir: Path, tmp_path: Path) -> None:
+    """`ccswitch train --data A --data B`: the conditions of both, one fingerprint, no id in both."""
+    import shutil
+
+    from ccswitch.datasets.trace import TraceError
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    conds = sorted(p for p in corpus_dir.iterdir() if p.is_dir())
+    for i, c in enumerate(conds):
+        shutil.copytree(c, (a if i % 2 else b) / c.name)
+    one, both = ReplayCorpus.load(corpus_dir), ReplayCorpus.load([a, b])
+    assert both.ids() == one.ids() and len(ReplayCorpus.load(a).ids()) < len(one.ids())
+    assert both.fingerprint == one.fingerprint  # the same captures, wherever they sit
+    assert both.sources == [str(a), str(b)]
+    with pytest.raises(TraceError, match="in both"):
+        ReplayCorpus.load([corpus_dir, a])
