@@ -19,8 +19,14 @@
  *	     ssthresh() once; we return cwnd * (1 - alpha/2) and the stack's
  *	     proportional rate reduction (PRR) brings cwnd down to it over the
  *	     next round.  CWR lasts one round, so the reduction happens at most
- *	     once per RTT whatever the number of marks.
- *   growth  Reno: slow start below ssthresh, then +1 segment per RTT.
+ *	     once per RTT whatever the number of marks.  The fraction of a
+ *	     segment in cwnd * alpha/2 is carried to the next reduction (TCP
+ *	     Prague's unbiased arithmetic): Linux's DCTCP truncates it, which
+ *	     cuts nothing at all while cwnd * alpha < 2 (17 segments at 9 %
+ *	     marks, Prague's state in the 1-1 phase of docs/l4s.md's runs
+ *	     before this was carried: most of its "reductions" were 0).
+ *   growth  Reno: slow start below ssthresh, then +1 segment per RTT
+ *	     (scaled below the reference RTT: "RTT independence" below).
  *   loss    classic: ssthresh = cwnd / 2 on entering Recovery and on RTO
  *	     (a loss means the router is overloaded or not L4S at all).
  *
@@ -57,11 +63,56 @@
  * for a flow that is being *switched* this fails (-EBUSY) and the flow
  * runs Prague as Reno-on-loss; ccswitch's DataPlane refuses such switches.
  *
- * Not implemented (TCP Prague features beyond DCTCP): RTT independence
- * (additive increase scaled to a 25 ms reference RTT), paced chirping,
- * the virtual-RTT floor.  Pacing is the kernel's own (SK_PACING_NEEDED:
- * 2x cwnd/srtt in slow start, 1.2x after), which keeps bursts off the
- * 1 ms L4S step.
+ * RTT independence (TCP Prague's "rate" RTT scaling; tunable, default on).
+ * DCTCP's law gives a window W = 2/p for a CE-marking probability p, so
+ * a rate r = W/R = 2/(p R): a flow at a short RTT R takes more than its
+ * share from flows at longer RTTs, and DualPI2's coupling (p_L = k p',
+ * p_C = p'^2, RFC 9332), which equalises *windows* with Reno at k = 2,
+ * gives the L4S flow RTT_C / RTT_L / 1.22 times the classic rate, ~2-3x at
+ * a 5 ms base RTT (the C flow's RTT includes the 15 ms C queue; measured
+ * 1.9:1 against CUBIC before this, 1:1.3 with it: docs/l4s.md, "Prague
+ * fidelity").  TCP
+ * Prague (draft-briscoe-iccrg-prague-congestion-control, "reduced RTT
+ * dependence"; the L4S team's tcp_prague.c, RTT_CONTROL_RATE with
+ * prague_rtt_target = 25 ms) makes a flow whose RTT R is below a reference
+ * RTT T behave, in rate, like a flow at RTT T:
+ *
+ *   additive increase  (R/T)^2 segment per round instead of 1, i.e.
+ *		(R/T)^2 / cwnd per newly delivered segment.  The rate cwnd/R
+ *		then grows by 1/T^2 per unit time, as a flow at RTT T grows.
+ *		Only segments that were not CE-marked count (Prague's AI
+ *		"proportional to the non-marked packets"), and the increase
+ *		continues while the stack is in CWR: on an L4S path a flow is
+ *		marked nearly every round, and DCTCP's "no increase in the
+ *		round after a mark" would leave it with almost none.  In CWR the
+ *		increase goes to ssthresh (the window the stack's PRR is bringing
+ *		cwnd to, and sets cwnd to when CWR ends), in Open to cwnd.
+ *   reduction	at most one ECN reduction per T (marks inside T of the last
+ *		reduction enter CWR without a cut), and
+ *   alpha	updated once per max(R, T), over all segments delivered in it,
+ *		so alpha is still the marked fraction and the reduction per T
+ *		is cwnd alpha/2.
+ *
+ * Per unit time the window then gains (1-p) R/T^2 and loses W p/(2T), so
+ * W = 2 (1-p) R / (p T) and r = 2 (1-p) / (p T) whatever R (< T): the
+ * "r = 1/p - 1" law of tcp_prague.c, scaled to T.  A flow at R >= T is
+ * unchanged (DCTCP).  Scaling starts prague_cfg.rtt_transition (4) rounds
+ * after slow start (short flows keep their short-RTT agility) and stops in
+ * loss recovery (no increase there; a loss still halves the window).
+ * Modes (prague_cfg.rtt_scaling, as tcp_prague's prague_rtt_scaling):
+ * 0 none (DCTCP's RTT-dependent law as before; the reductions' carried
+ * fraction applies in every mode), 1 rate (default;
+ * T = rtt_target_us, default 25 ms), 3 additive (T' = T + R: behave as a
+ * flow with T of extra RTT); 2 (tcp_prague's "scalable") is not implemented
+ * and behaves as 1.  The tunables live in .data.tunables, read on every ACK:
+ * ccswitch.bpf.prague sets them when it registers prague (and can change
+ * them on a running registration).
+ *
+ * Not implemented (TCP Prague features beyond the above): paced chirping,
+ * the fractional window below 2 segments and its pacing, the +-3 % pacing
+ * variation per RTT.  Pacing is the kernel's own (SK_PACING_NEEDED: 2x
+ * cwnd/srtt in slow start, 1.2x after), which keeps bursts off the 1 ms
+ * L4S step.
  *
  * Flags: TCP_CONG_NEEDS_ECN | TCP_CONG_NEEDS_ACCECN, plus
  * TCP_CONG_NON_RESTRICTED so that prague may be a network namespace's
@@ -83,6 +134,8 @@ char LICENSE[] SEC("license") = "GPL";
 #define PRAGUE_ALPHA_ONE	(1ULL << PRAGUE_ALPHA_SHIFT)
 #define PRAGUE_G_SHIFT		4		/* g = 1/16 */
 #define PRAGUE_MIN_CWND		2U
+#define PRAGUE_AI_SHIFT		16		/* additive increase in Q16 segments */
+#define PRAGUE_AI_ONE		(1U << PRAGUE_AI_SHIFT)
 #define PRAGUE_FALLBACK		"reno"
 #ifndef PRAGUE_ECN_FLAGS	/* -D for the probes in docs/l4s-kernel.md */
 #define PRAGUE_ECN_FLAGS	(TCP_CONG_NON_RESTRICTED | TCP_CONG_NEEDS_ECN | TCP_CONG_NEEDS_ACCECN)
@@ -94,19 +147,35 @@ char LICENSE[] SEC("license") = "GPL";
 #ifndef IP_TOS
 #define IP_TOS 1
 #endif
+#define TCP_CA_Open_	0
+#define TCP_CA_Disorder_ 1
 #define TCP_CA_CWR_	2
 #define TCP_CA_Recovery_ 3
 
 extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
 
+/* RTT independence tunables (prague.h); user space may rewrite them at any time */
+struct prague_tunables prague_cfg SEC(".data.tunables") = {
+	.rtt_scaling	= PRAGUE_RTT_SCALING_RATE,
+	.rtt_target_us	= PRAGUE_RTT_TARGET_US,
+	.rtt_transition	= PRAGUE_RTT_TRANSITION,
+};
+
 struct prague {
 	__u64 alpha;		/* Q20 EWMA of the CE fraction */
+	__u64 alpha_stamp;	/* tp->tcp_mstamp of the last alpha update */
+	__u64 cut_stamp;	/* tp->tcp_mstamp of the last ECN reduction */
 	__u32 next_seq;		/* snd_nxt when the current round began */
 	__u32 old_delivered;	/* tp->delivered at the start of the round */
 	__u32 old_delivered_ce;	/* tp->delivered_ce at the start of the round */
 	__u32 loss_cwnd;	/* cwnd before the last reduction (for undo) */
 	__u32 rounds;		/* rounds measured */
 	__u32 ce_rounds;	/* rounds that saw at least one CE mark */
+	__u32 ca_rounds;	/* alpha updates outside slow start (RTT scaling starts after a few) */
+	__u32 ack_delivered;	/* tp->delivered at the previous ACK */
+	__u32 ack_delivered_ce;	/* tp->delivered_ce at the previous ACK */
+	__u32 ai_frac;		/* additive increase not yet applied, Q16 segments */
+	__u32 cut_frac;		/* reduction not yet applied, Q20 segments */
 };
 _Static_assert(sizeof(struct prague) <= sizeof(((struct inet_connection_sock *)0)->icsk_ca_priv),
 	       "struct prague must fit in icsk_ca_priv");
@@ -140,6 +209,92 @@ static __always_inline void prague_new_round(const struct tcp_sock *tp, struct p
 	ca->old_delivered_ce = tp->delivered_ce;
 }
 
+static __always_inline __u8 prague_ca_state(const struct sock *sk)
+{
+	const struct inet_connection_sock *icsk = (const struct inet_connection_sock *)sk;
+
+	return BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state);
+}
+
+/* Slow start as the stack means it: cwnd below ssthresh outside a reduction
+ * (in CWR the stack's PRR keeps cwnd near or below ssthresh on purpose). */
+static __always_inline bool prague_in_slow_start(const struct sock *sk)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+
+	return tp->snd_cwnd < tp->snd_ssthresh && prague_ca_state(sk) != TCP_CA_CWR_;
+}
+
+static __always_inline __u32 prague_srtt_us(const struct tcp_sock *tp)
+{
+	return tp->srtt_us >> 3;
+}
+
+/* The reference RTT T this flow scales to (0: no scaling). */
+static __always_inline __u32 prague_target_us(const struct tcp_sock *tp)
+{
+	__u32 mode = prague_cfg.rtt_scaling, target = prague_cfg.rtt_target_us;
+
+	if (mode == PRAGUE_RTT_SCALING_NONE || !target)
+		return 0;
+	if (mode == PRAGUE_RTT_SCALING_ADDITIVE)
+		return target + prague_srtt_us(tp);
+	return target;
+}
+
+/* RTT independent now: scaling on, out of slow start for a few rounds, R < T. */
+static __always_inline bool prague_rtt_indep(const struct sock *sk, const struct prague *ca)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+	__u32 target = prague_target_us(tp), srtt = prague_srtt_us(tp);
+
+	return target && srtt && srtt < target && srtt <= PRAGUE_MAX_SCALED_RTT_US &&
+	       ca->ca_rounds >= prague_cfg.rtt_transition && !prague_in_slow_start(sk);
+}
+
+/* Whether at least T has passed since `stamp` (always true when not scaling). */
+static __always_inline bool prague_target_elapsed(const struct sock *sk, const struct prague *ca, __u64 stamp)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+
+	if (!prague_rtt_indep(sk, ca))
+		return true;
+	return tp->tcp_mstamp - stamp >= prague_target_us(tp);
+}
+
+/*
+ * RTT-independent additive increase for `segs` newly delivered segments that
+ * were not CE-marked: (R/T)^2 / cwnd each, accumulated in Q16.  In Open (or
+ * Disorder) it raises cwnd; in CWR it raises ssthresh, the window PRR is
+ * bringing cwnd to and that cwnd takes when CWR ends.  Nothing in loss
+ * recovery, nor when the flow is not using its window.
+ */
+static __always_inline void prague_scaled_ai(struct sock *sk, struct prague *ca, __u32 segs)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	__u32 srtt = prague_srtt_us(tp), target = prague_target_us(tp), cwnd = tp->snd_cwnd, n;
+	__u8 state = prague_ca_state(sk);
+	__u64 scale, inc;
+
+	if (!segs || !cwnd || !target || state > TCP_CA_CWR_ ||
+	    !BPF_CORE_READ_BITFIELD(tp, is_cwnd_limited))
+		return;
+	scale = ((__u64)srtt * srtt << PRAGUE_AI_SHIFT) / ((__u64)target * target);
+	inc = (__u64)segs * scale / cwnd + ca->ai_frac;
+	if (inc > ((__u64)64 << PRAGUE_AI_SHIFT))
+		inc = (__u64)64 << PRAGUE_AI_SHIFT;
+	ca->ai_frac = (__u32)inc & (PRAGUE_AI_ONE - 1);
+	n = (__u32)(inc >> PRAGUE_AI_SHIFT);
+	if (!n)
+		return;
+	if (state == TCP_CA_CWR_) {
+		tp->snd_ssthresh = tp->snd_ssthresh + n;
+	} else {
+		cwnd += n;
+		tp->snd_cwnd = cwnd < tp->snd_cwnd_clamp ? cwnd : tp->snd_cwnd_clamp;
+	}
+}
+
 SEC("struct_ops/prague_init")
 void BPF_PROG(prague_init, struct sock *sk)
 {
@@ -155,6 +310,9 @@ void BPF_PROG(prague_init, struct sock *sk)
 	}
 	ca->alpha = PRAGUE_ALPHA_ONE;
 	ca->loss_cwnd = 0;
+	ca->alpha_stamp = tp->tcp_mstamp;
+	ca->ack_delivered = tp->delivered;
+	ca->ack_delivered_ce = tp->delivered_ce;
 	prague_new_round(tp, ca);
 	if (sk->sk_pacing_status == SK_PACING_NONE)
 		sk->sk_pacing_status = SK_PACING_NEEDED;
@@ -170,14 +328,28 @@ __u32 BPF_PROG(prague_ssthresh, struct sock *sk)
 	__u32 cwnd = tp->snd_cwnd;
 	__u64 cut;
 
-	ca->loss_cwnd = cwnd;
-	if (!accecn_feedback(tp))
+	if (!accecn_feedback(tp)) {
+		ca->loss_cwnd = cwnd;
 		return max_u32(cwnd >> 1, PRAGUE_MIN_CWND);
-	cut = ((__u64)cwnd * ca->alpha) >> (PRAGUE_ALPHA_SHIFT + 1);
+	}
+	/* RTT independence: at most one reduction per reference RTT; marks
+	 * inside it enter CWR for a round without a cut (a loss is halved in
+	 * set_state/cwnd_event whatever this returns) */
+	if (!prague_target_elapsed(sk, ca, ca->cut_stamp))
+		return max_u32(cwnd, PRAGUE_MIN_CWND);
+	ca->loss_cwnd = cwnd;
+	ca->cut_stamp = tp->tcp_mstamp;
+	/* cwnd alpha / 2, with the fraction of a segment carried to the next
+	 * reduction: truncating it (as Linux's DCTCP does) cuts nothing at all
+	 * while cwnd alpha < 2, e.g. 17 segments at 10 % marks */
+	cut = (((__u64)cwnd * ca->alpha) >> 1) + ca->cut_frac;
+	ca->cut_frac = (__u32)(cut & (PRAGUE_ALPHA_ONE - 1));
+	cut >>= PRAGUE_ALPHA_SHIFT;
 	return max_u32(cwnd - (__u32)cut, PRAGUE_MIN_CWND);
 }
 
-/* Per ACK: close the round and fold its CE fraction into alpha. */
+/* Per ACK: the RTT-independent additive increase; at the end of a round
+ * (of at least T when RTT-independent) fold its CE fraction into alpha. */
 SEC("struct_ops/prague_in_ack_event")
 void BPF_PROG(prague_in_ack_event, struct sock *sk, __u32 flags)
 {
@@ -186,7 +358,14 @@ void BPF_PROG(prague_in_ack_event, struct sock *sk, __u32 flags)
 	__u32 delivered, delivered_ce;
 	__u64 alpha;
 
-	if (before(tp->snd_una, ca->next_seq))
+	delivered = tp->delivered - ca->ack_delivered;
+	delivered_ce = tp->delivered_ce - ca->ack_delivered_ce;
+	ca->ack_delivered = tp->delivered;
+	ca->ack_delivered_ce = tp->delivered_ce;
+	if (prague_rtt_indep(sk, ca) && delivered > delivered_ce)
+		prague_scaled_ai(sk, ca, delivered - delivered_ce);
+
+	if (before(tp->snd_una, ca->next_seq) || !prague_target_elapsed(sk, ca, ca->alpha_stamp))
 		return;
 	delivered = tp->delivered - ca->old_delivered;
 	delivered_ce = tp->delivered_ce - ca->old_delivered_ce;
@@ -198,7 +377,10 @@ void BPF_PROG(prague_in_ack_event, struct sock *sk, __u32 flags)
 		ca->ce_rounds++;
 	}
 	ca->alpha = alpha > PRAGUE_ALPHA_ONE ? PRAGUE_ALPHA_ONE : alpha;
+	ca->alpha_stamp = tp->tcp_mstamp;
 	ca->rounds++;
+	if (!prague_in_slow_start(sk) && ca->ca_rounds < 0xffff)
+		ca->ca_rounds++;
 	prague_new_round(tp, ca);
 }
 
@@ -232,6 +414,9 @@ void BPF_PROG(prague_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 SEC("struct_ops/prague_cong_avoid")
 void BPF_PROG(prague_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 {
+	/* RTT-independent: the increase is per ACK in in_ack_event */
+	if (prague_rtt_indep(sk, prague_ca(sk)))
+		return;
 	tcp_reno_cong_avoid(sk, ack, acked);
 }
 

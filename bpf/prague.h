@@ -39,4 +39,24 @@
  */
 #define PRAGUE_DSCP 40
 
+/*
+ * RTT independence (prague.bpf.c header): the tunables, one struct alone in
+ * the object's section .data.tunables (the libbpf map of that name), read on
+ * every ACK.  bpf/prague.py PragueTunables mirrors the layout.
+ */
+#define PRAGUE_RTT_SCALING_NONE		0	/* DCTCP: RTT-dependent */
+#define PRAGUE_RTT_SCALING_RATE		1	/* rate of a flow at the reference RTT (default) */
+#define PRAGUE_RTT_SCALING_SCALABLE	2	/* tcp_prague's; not implemented: same as RATE */
+#define PRAGUE_RTT_SCALING_ADDITIVE	3	/* as a flow with the reference RTT added to its own */
+
+#define PRAGUE_RTT_TARGET_US		25000	/* reference RTT T (tcp_prague's prague_rtt_target) */
+#define PRAGUE_RTT_TRANSITION		4	/* rounds after slow start before scaling starts */
+#define PRAGUE_MAX_SCALED_RTT_US	100000	/* no scaling above (tcp_prague's MAX_SCALED_RTT) */
+
+struct prague_tunables {
+	__u32 rtt_scaling;	/* PRAGUE_RTT_SCALING_* */
+	__u32 rtt_target_us;	/* reference RTT T, us; 0 = no scaling */
+	__u32 rtt_transition;	/* rounds */
+};
+
 #endif /* CCSWITCH_PRAGUE_H */

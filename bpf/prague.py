@@ -7,11 +7,16 @@ Same order of preference as PCC (pcc.py), so loading is idempotent:
    so the algorithm disappears with the process (also on SIGKILL).  Sockets
    already running it keep running it; new selections fail until it is
    registered again.
+
+Our registration's RTT independence (prague.bpf.c header) is set with
+PragueTunables: ensure_prague(tunables=...), PragueHandle.set_tunables(),
+`python -m ccswitch.bpf.prague --rtt-scaling/--rtt-target-ms`.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +30,41 @@ OBJ_PATH = Path(__file__).with_name("prague.bpf.o")
 NAME = "prague"
 STRUCT_OPS_MAP = "ccs_prague"
 PRAGUE_DSCP = 40  # prague.h PRAGUE_DSCP: the DSCP Prague's packets carry (L4S by DSCP)
+TUNABLES_MAP = ".data.tunables"  # prague.bpf.c prague_cfg (struct prague_tunables, prague.h), alone in it
+RTT_SCALING = {"none": 0, "rate": 1, "scalable": 2, "additive": 3}  # prague.h PRAGUE_RTT_SCALING_*
+
+
+@dataclass(frozen=True)
+class PragueTunables:
+    """RTT independence of ccswitch's Prague (prague.bpf.c header; prague.h struct prague_tunables).
+
+    rtt_scaling: "rate" (default: below the reference RTT a flow gets the rate of a flow at
+    that RTT), "additive" (as if the reference RTT were added to its own), "none" (DCTCP's
+    RTT-dependent law); "scalable" is accepted and behaves as "rate".
+    rtt_target_us: the reference RTT (TCP Prague's prague_rtt_target, 25 ms).
+    rtt_transition: rounds after slow start before the scaling starts.
+    """
+
+    rtt_scaling: str = "rate"
+    rtt_target_us: int = 25_000
+    rtt_transition: int = 4
+
+    def __post_init__(self) -> None:
+        if self.rtt_scaling not in RTT_SCALING:
+            raise ValueError(f"rtt_scaling: one of {', '.join(RTT_SCALING)}, got {self.rtt_scaling!r}")
+        if not 0 <= self.rtt_target_us <= 100_000:
+            raise ValueError(f"rtt_target_us: 0..100000 (0 = no scaling), got {self.rtt_target_us}")
+        if not 0 <= self.rtt_transition <= 1000:
+            raise ValueError(f"rtt_transition: 0..1000 rounds, got {self.rtt_transition}")
+
+    def pack(self) -> bytes:
+        return struct.pack("<3I", RTT_SCALING[self.rtt_scaling], self.rtt_target_us, self.rtt_transition)
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> PragueTunables:
+        mode, target, transition = struct.unpack_from("<3I", raw)
+        names = {v: k for k, v in RTT_SCALING.items()}
+        return cls(names.get(mode, "rate"), target, transition)
 
 
 @dataclass
@@ -32,13 +72,30 @@ class PragueHandle:
     source: str  # "ccswitch" (ours, this process), "ccswitch-shared", "kernel"
     _obj: BpfObject | None = None
 
+    def tunables(self) -> PragueTunables | None:
+        """The RTT-independence settings of our registration (None if not ours)."""
+        if self._obj is None:
+            return None
+        raw = self._obj.map(TUNABLES_MAP).lookup(struct.pack("<I", 0))
+        return PragueTunables.unpack(raw) if raw else None
+
+    def set_tunables(self, t: PragueTunables) -> None:
+        """Change them on our registration; every Prague socket uses them from its next ACK."""
+        if self._obj is None:
+            raise RuntimeError(f"prague is registered by another process ({self.source}): "
+                               f"its tunables are that process's")
+        m = self._obj.map(TUNABLES_MAP)
+        m.update(struct.pack("<I", 0), t.pack())
+
     def close(self) -> None:
         if self._obj:
             self._obj.close()
             self._obj = None
 
 
-def ensure_prague(obj_path: Path = OBJ_PATH) -> PragueHandle:
+def ensure_prague(obj_path: Path = OBJ_PATH, tunables: PragueTunables | None = None) -> PragueHandle:
+    """Make prague available (module docstring); `tunables` applies to our own registration only
+    (None: the object's defaults, PragueTunables())."""
     if NAME in available_ccas():
         ours = find_map_by_name(STRUCT_OPS_MAP)
         if ours is not None:
@@ -48,8 +105,11 @@ def ensure_prague(obj_path: Path = OBJ_PATH) -> PragueHandle:
     try:
         obj.set_map_flags(STRUCT_OPS_MAP, BPF_F_LINK)
         obj.load()
+        handle = PragueHandle("ccswitch", obj)
+        if tunables is not None:  # before the first socket can use it
+            handle.set_tunables(tunables)
         obj.attach_struct_ops(STRUCT_OPS_MAP)
-        return PragueHandle("ccswitch", obj)
+        return handle
     except BaseException:
         obj.close()
         raise
@@ -155,18 +215,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m ccswitch.bpf.prague", description=main.__doc__)
     ap.add_argument("--default", action="store_true", help="also make prague this host's default CCA")
+    ap.add_argument("--rtt-scaling", choices=list(RTT_SCALING), default="rate",
+                    help="RTT independence (default rate: below --rtt-target-ms, the rate of a flow at it)")
+    ap.add_argument("--rtt-target-ms", type=float, default=25.0, help="reference RTT (default 25, TCP Prague's)")
     args = ap.parse_args(argv)
+    try:
+        tunables = PragueTunables(args.rtt_scaling, round(args.rtt_target_ms * 1000))
+    except ValueError as e:
+        print(f"prague: error: {e}", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        handle = ensure_prague()
+        handle = ensure_prague(tunables=tunables)
     except Exception as e:
         print(f"prague: error: cannot register prague ({e}); run as root after scripts/setup.sh", file=sys.stderr)
         return 1
     previous: str | None = None
     try:
         previous = make_default(None) if args.default else None
-        print(f"prague registered ({handle.source})" + (f", host default (was {previous})" if previous else "")
-              + "; Ctrl-C to stop", flush=True)
+        scaling = (f", RTT scaling {tunables.rtt_scaling} to {tunables.rtt_target_us / 1000:g} ms"
+                   if handle.source == "ccswitch" else ", RTT scaling: the registering process's")
+        print(f"prague registered ({handle.source})" + scaling
+              + (f", host default (was {previous})" if previous else "") + "; Ctrl-C to stop", flush=True)
         signal.pause()
     except KeyboardInterrupt:
         pass

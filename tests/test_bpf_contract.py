@@ -70,3 +70,25 @@ def test_prague_constants_match_header() -> None:
     header = (BPF_DIR / "prague.h").read_text()
     assert re.search(rf"#define PRAGUE_DSCP {prague.PRAGUE_DSCP}\b", header)
     assert re.search(rf'#define PRAGUE_NAME "{prague.NAME}"', header)
+
+
+def test_prague_tunables_mirror_matches_btf_and_header() -> None:
+    """PragueTunables.pack() is struct prague_tunables (three u32 in that order), its defaults
+    and mode numbers are prague.h's, and the object's .data.tunables holds only that struct."""
+    from ccswitch.bpf import prague
+
+    size, members = btf_struct("prague.bpf.o", "prague_tunables")
+    assert members == [("rtt_scaling", 0), ("rtt_target_us", 4), ("rtt_transition", 8)]
+    assert size == len(prague.PragueTunables().pack()) == 12
+    header = (BPF_DIR / "prague.h").read_text()
+    for name, value in prague.RTT_SCALING.items():
+        assert re.search(rf"#define PRAGUE_RTT_SCALING_{name.upper()}\s+{value}\b", header), name
+    t = prague.PragueTunables()
+    assert re.search(rf"#define PRAGUE_RTT_TARGET_US\s+{t.rtt_target_us}\b", header)
+    assert re.search(rf"#define PRAGUE_RTT_TRANSITION\s+{t.rtt_transition}\b", header)
+    assert t.rtt_scaling == "rate" and "PRAGUE_RTT_SCALING_RATE," in (BPF_DIR / "prague.bpf.c").read_text()
+    out = subprocess.run(["bpftool", "btf", "dump", "file", str(BPF_DIR / "prague.bpf.o")],
+                         check=True, capture_output=True, text=True).stdout
+    sec = re.search(r"DATASEC '\.data\.tunables' size=\d+ vlen=(\d+)\n"
+                    r"\t.* offset=(\d+) size=(\d+) \(VAR '(\w+)'\)", out)
+    assert sec and sec.groups() == ("1", "0", "12", "prague_cfg"), sec and sec.groups()
