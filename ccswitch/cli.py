@@ -361,12 +361,14 @@ def testbed_cleanup(unowned: bool) -> None:
 from ccswitch.daemon.commands import daemon, history, policy, status  # noqa: E402
 from ccswitch.datasets.commands import dataset  # noqa: E402
 from ccswitch.models.commands import evaluate_cmd, train_cmd  # noqa: E402
+from ccswitch.remote.cli import serve as policy_serve  # noqa: E402
 
 cli.add_command(dataset)
 cli.add_command(train_cmd)
 cli.add_command(evaluate_cmd)
 for _cmd in (status, policy, history, daemon):
     cli.add_command(_cmd)
+policy.add_command(policy_serve)  # the policy server (issue 15, docs/remote-control.md)
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ def test_bad_queue_and_foreign_file_are_one_line_errors(tmp_path: Path) -> None:
         scenario_text(scenario_files()[0], "red")
     f = tmp_path / "x.toml"
     f.write_text('name = "x"\n[link.uplink]\nrate_mbit = 10\nqdisc = { kind = "codel" }\n')
-    with pytest.raises(ValueError, match="has no .*pfifo"):
+    with pytest.raises(ValueError, match=r"has no .*pfifo"):
         scenario_text(f, "fq_codel")
 
 
