@@ -27,6 +27,8 @@ from ccswitch.testbed.scenario import (
     Pfifo,
     Pie,
     ScenarioError,
+    VdqCsaqm,
+    VdqPolicyRule,
     load_scenario,
     parse_scenario,
 )
@@ -184,6 +186,50 @@ def test_pie_and_fq_pie_map_onto_linkemu(tmp_path: Path) -> None:
                             f'queue = {{ kind = "{kind}" }}\n[[flows]]', 1)
         with pytest.raises(ScenarioError, match=rf"^s\.toml: link\.wifi\.queue\.kind: {kind} is supported on "):
             parse(text)
+
+
+def test_vdq_csaqm_maps_onto_linkemu(tmp_path: Path) -> None:
+    """vdq_csaqm (paper 004): defaults stay out, policies and fields pass through; mistakes name the field."""
+    def uplink(qdisc: str, text: str = GOOD) -> tuple[object, dict[str, object]]:
+        sc = parse(text.replace('qdisc = { kind = "pfifo", limit_pkts = 50 }', qdisc))
+        return sc.link.uplink, sc.emulator_config(["c1", "c2"], "srv", 1, tmp_path)
+
+    up, cfg = uplink('qdisc = { kind = "vdq_csaqm" }')
+    assert up.qdisc == VdqCsaqm() and up.queue_limit_pkts == 2083  # 250 ms at 100 Mbit/s
+    assert cfg["uplink"]["qdisc"] == {"kind": "vdq_csaqm"}
+    up, cfg = uplink('qdisc = { kind = "vdq_csaqm", target0_ms = 1, classic_ecn = false, default_policy = "gold", '
+                     'policies = [{ policy = "silver", src = "10.99.0.12", dport = 5202 }] }')
+    assert up.qdisc.policies == (VdqPolicyRule("silver", src="10.99.0.12", dport=5202),)
+    assert cfg["uplink"]["qdisc"] == {"kind": "vdq_csaqm", "target0_ms": 1.0, "classic_ecn": False,
+                                      "default_policy": "gold",
+                                      "policies": [{"policy": "silver", "src": "10.99.0.12", "dport": 5202}]}
+    json.dumps(cfg)
+    base = 'qdisc = { kind = "pfifo", limit_pkts = 50 }'
+    for qdisc, field, words in [
+        ('{ kind = "vdq_csaqm", vq1_rate = 1.5 }', "link.uplink.qdisc.vq1_rate", "must be <= 1"),
+        ('{ kind = "vdq_csaqm", vq0_rate = 0.99 }', "link.uplink.qdisc.vq0_rate", "must be <= vq1_rate"),
+        ('{ kind = "vdq_csaqm", default_policy = "bronze" }', "link.uplink.qdisc.default_policy", "unknown value"),
+        ('{ kind = "vdq_csaqm", policies = [{ policy = "gold" }, { policy = "x" }] }',
+         r"link.uplink.qdisc.policies\[1\].policy", "unknown value 'x'"),
+        ('{ kind = "vdq_csaqm", policies = [{ policy = "gold", src = "10.0.0" }] }',
+         r"link.uplink.qdisc.policies\[0\].src", "must be an IP address"),
+        ('{ kind = "vdq_csaqm", policies = [{ policy = "gold", port = 1 }] }',
+         r"link.uplink.qdisc.policies\[0\].port", "unknown field"),
+        ('{ kind = "vdq_csaqm", classifier = "dscp" }', "link.uplink.qdisc.l_dscp", "classifier = \"dscp\" needs"),
+        ('{ kind = "vdq_csaqm", target_ms = 5 }', "link.uplink.qdisc.target_ms", "unknown field"),
+    ]:
+        with pytest.raises(ScenarioError, match=rf"^s\.toml: {field}: {words}"):
+            parse(GOOD.replace(base, f"qdisc = {qdisc}"))
+    no_rate = GOOD.replace("rate_mbit = 100\n", "").replace(base, 'qdisc = { kind = "vdq_csaqm" }')
+    with pytest.raises(ScenarioError, match=r"^s\.toml: link\.uplink\.qdisc\.rate_mbit: required"):
+        parse(no_rate)
+    up, _ = uplink('qdisc = { kind = "vdq_csaqm", rate_mbit = 50 }', GOOD.replace("rate_mbit = 100\n", ""))
+    assert up.queue_limit_pkts == 1041
+    text = GOOD.replace("[[flows]]", "[link.wifi]\nclients = [{ phy_rate_mbit = 300 }, { phy_rate_mbit = 300 }]\n"
+                        'queue = { kind = "vdq_csaqm", rate_mbit = 10 }\n[[flows]]', 1)
+    with pytest.raises(ScenarioError, match=r"^s\.toml: link\.wifi\.queue\.kind: vdq_csaqm is supported on "):
+        parse(text)
+
 
 
 @pytest.mark.parametrize(("change", "field", "words"), [

@@ -31,7 +31,9 @@ A scenario is a TOML file (examples in ``testbed/scenarios/``)::
                                          # or { kind = "pie" } (RFC 8033: target_ms, tupdate_ms, alpha,
                                          # beta, max_burst_ms, limit_pkts, ecn, bytemode) or
                                          # { kind = "fq_pie", flows = 6 } (a PIE per flow queue; also
-                                         # flows, quantum, ecn_prob_pct)
+                                         # flows, quantum, ecn_prob_pct) or { kind = "vdq_csaqm",
+                                         # policies = [{ policy = "silver", dport = 5202 }] } (paper 004:
+                                         # per-flow packet values, virtual dual queue CSAQM; see VdqCsaqm)
     loss = { model = "bernoulli", p = 0.001 }      # optional; or { model = "gilbert", p_gb, p_bg, ... }
     overhead_bytes = 14                  # optional, charged per packet
     [link.downlink]                      # server -> client; default: the uplink without its loss
@@ -113,6 +115,8 @@ from .model import (
     Scenario,
     ScenarioError,
     Switch,
+    VdqCsaqm,
+    VdqPolicyRule,
     Wifi,
     WifiClient,
 )
@@ -151,6 +155,8 @@ __all__ = [
     "Scenario",
     "ScenarioError",
     "Switch",
+    "VdqCsaqm",
+    "VdqPolicyRule",
     "Wifi",
     "WifiClient",
     "check_settings",

@@ -242,13 +242,69 @@ class FqPie:
         return {"kind": "fq_pie", **_present(self)}
 
 
+@dataclass(frozen=True)
+class VdqPolicyRule:
+    """One marker rule of vdq_csaqm: a flow whose 5-tuple matches every field given gets ``policy``."""
+
+    policy: str
+    src: str | None = None
+    dst: str | None = None
+    proto: int | None = None
+    sport: int | None = None
+    dport: int | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        return _present(self)
+
+
+@dataclass(frozen=True)
+class VdqCsaqm:
+    """VDQ-CSAQM (paper 004) in linkemu: per-flow packet-value marking + the virtual dual queue core-stateless AQM.
+
+    ``rate_mbit`` C (None: the link's rate_mbit, required without one); virtual queue rates
+    ``vq0_rate`` 0.9 and ``vq1_rate`` 0.984 of C; physical queues ``qmax0_ms`` 50 (L4S) and
+    ``qmax1_ms`` 200 (Classic) at C; VQ delay targets ``target0_ms`` 1 and ``target1_ms`` 20; CTV
+    update ``tupdate_ms`` 10; ``classifier`` "ecn" (ECT(1)/CE -> L4S) or "dscp" (``l_dscp``);
+    ``classic_ecn`` true (false: drop ECT Classic packets below the CTV instead of marking);
+    marker: ``default_policy`` "gold" (or "silver", "voice"), ``policies`` rules (first match wins),
+    ``rate_window_ms`` 100, ``idle_timeout_ms`` 3000.  None fields take these defaults.
+    """
+
+    rate_mbit: float | None = None
+    vq0_rate: float | None = None
+    vq1_rate: float | None = None
+    qmax0_ms: float | None = None
+    qmax1_ms: float | None = None
+    target0_ms: float | None = None
+    target1_ms: float | None = None
+    tupdate_ms: float | None = None
+    classifier: str | None = None
+    l_dscp: tuple[int, ...] | None = None
+    classic_ecn: bool | None = None
+    default_policy: str | None = None
+    policies: tuple[VdqPolicyRule, ...] | None = None
+    rate_window_ms: float | None = None
+    idle_timeout_ms: float | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        cfg: dict[str, Any] = {"kind": "vdq_csaqm", **_present(self)}
+        if self.l_dscp is not None:
+            cfg["l_dscp"] = list(self.l_dscp)
+        if self.policies is not None:
+            cfg["policies"] = [r.to_config() for r in self.policies]
+        return cfg
+
+
+VDQ_POLICIES = ("gold", "silver", "voice")
+VDQ_CLASSIFIERS = ("ecn", "dscp")
+
 FQ_DEFAULT_LIMIT_PKTS = 10_240
 """linkemu's ``limit_pkts`` default of fq_codel, fq, lfq and fq_pie (Linux fq_codel's 10 * 1024)."""
 FQ_DEFAULT_FLOW_LIMIT_PKTS = 100
 """fq's ``flow_limit_pkts`` and lfq's ``default_limit_pkts`` default."""
 PIE_DEFAULT_LIMIT_PKTS = 1000
 """linkemu's (Linux sch_pie's) ``limit_pkts`` default of pie."""
-QDISC_KINDS = ("pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq", "pie", "fq_pie")
+QDISC_KINDS = ("pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq", "pie", "fq_pie", "vdq_csaqm")
 
 
 @dataclass(frozen=True)
@@ -262,7 +318,7 @@ class LinkDir:
     delay_ms: float = 0.0
     """One-way propagation delay after the bottleneck."""
     loss: BernoulliLoss | GilbertLoss | None = None
-    qdisc: Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | None = None
+    qdisc: Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | VdqCsaqm | None = None
     """None: linkemu's default (pfifo, 1000 packets)."""
     overhead_bytes: int | None = None
     """Bytes added to each IP packet when charging it to the rate."""
@@ -284,6 +340,10 @@ class LinkDir:
             return self.qdisc.limit_pkts if self.qdisc.limit_pkts is not None else FQ_DEFAULT_LIMIT_PKTS
         if isinstance(self.qdisc, Pie):
             return self.qdisc.limit_pkts if self.qdisc.limit_pkts is not None else PIE_DEFAULT_LIMIT_PKTS
+        if isinstance(self.qdisc, VdqCsaqm):  # byte limits: qmax_0 + qmax_1 at C, in 1500-byte packets
+            rate = self.qdisc.rate_mbit or self.rate_mbit
+            ms = (self.qdisc.qmax0_ms or 50.0) + (self.qdisc.qmax1_ms or 200.0)
+            return max(1, int(rate * 1e6 * ms / 1e3 / 8 / 1500)) if rate else 10_000
         return self.qdisc.limit_pkts if self.qdisc is not None else Pfifo().limit_pkts
 
 

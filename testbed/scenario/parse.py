@@ -7,6 +7,7 @@ The daemon's settings are checked by the daemon's own validator
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import tomllib
 from collections.abc import Sequence
@@ -31,6 +32,8 @@ from .model import (
     MIN_INTERVAL_S,
     NAME_RE,
     QDISC_KINDS,
+    VDQ_CLASSIFIERS,
+    VDQ_POLICIES,
     AccessDelay,
     Aggregation,
     BernoulliLoss,
@@ -53,6 +56,8 @@ from .model import (
     Scenario,
     ScenarioError,
     Switch,
+    VdqCsaqm,
+    VdqPolicyRule,
     Wifi,
     WifiClient,
 )
@@ -181,8 +186,61 @@ def _fq_pie(t: Table) -> FqPie:
     return FqPie(**v)
 
 
-def _qdisc(t: Table) -> Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie:
+def _vdq_rule(t: Table) -> VdqPolicyRule:
+    """One marker rule of vdq_csaqm: a policy and the 5-tuple fields it matches."""
+    policy = t.string("policy", required=True, choices=VDQ_POLICIES) or "gold"
+    addrs: dict[str, str | None] = {}
+    for key in ("src", "dst"):
+        a = t.string(key)
+        if a is not None:
+            try:
+                ipaddress.ip_address(a)
+            except ValueError:
+                t.err(t.here(key), f"must be an IP address, got {a!r}")
+        addrs[key] = a
+    v = _optional(t, {"proto": ("int", 0, 255), "sport": ("int", 0, 65_535), "dport": ("int", 0, 65_535)})
+    t.done()
+    return VdqPolicyRule(policy=policy, **addrs, **v)
+
+
+def _vdq_csaqm(t: Table) -> VdqCsaqm:
+    """The vdq_csaqm qdisc table; ranges as linkemu checks them (config/vdq.rs)."""
+    v = _optional(t, {"rate_mbit": ("pos", None, 1e6), "vq0_rate": ("pos", None, 1.0), "vq1_rate": ("pos", None, 1.0),
+                      "qmax0_ms": ("num", 0.1, 60_000.0), "qmax1_ms": ("num", 0.1, 60_000.0),
+                      "target0_ms": ("num", 0.01, 60_000.0), "target1_ms": ("num", 0.01, 60_000.0),
+                      "tupdate_ms": ("num", 0.1, 60_000.0), "rate_window_ms": ("num", 0.1, 60_000.0),
+                      "idle_timeout_ms": ("num", 1.0, 60_000.0), "classic_ecn": ("bool", None, None)})
+    if v.get("vq0_rate", 0.9) > v.get("vq1_rate", 0.984):
+        t.err(t.here("vq0_rate"), f"must be <= vq1_rate ({v.get('vq1_rate', 0.984):g}), got {v.get('vq0_rate', 0.9):g}")
+    classifier = t.string("classifier", None, choices=VDQ_CLASSIFIERS)
+    dscp: tuple[int, ...] | None = None
+    if t.has("l_dscp"):
+        raw = t.array("l_dscp")
+        for i, d in enumerate(raw):
+            if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= 63:
+                t.err(f"{t.here('l_dscp')}[{i}]", f"must be a DSCP value 0..63, got {d!r}")
+        dscp = tuple(raw)
+    else:
+        t.used.add("l_dscp")
+    if classifier == "dscp" and not dscp:
+        t.err(t.here("l_dscp"), 'classifier = "dscp" needs at least one DSCP value (0..63)')
+    if dscp is not None and classifier != "dscp":
+        t.err(t.here("l_dscp"), 'only used with classifier = "dscp" (remove it or set the classifier)')
+    default_policy = t.string("default_policy", None, choices=VDQ_POLICIES)
+    rules: tuple[VdqPolicyRule, ...] | None = None
+    if t.has("policies"):
+        raw = t.array("policies")
+        rules = tuple(_vdq_rule(Table(r, f"{t.here('policies')}[{i}]", t.err)) for i, r in enumerate(raw))
+    else:
+        t.used.add("policies")
+    t.done()
+    return VdqCsaqm(classifier=classifier, l_dscp=dscp, default_policy=default_policy, policies=rules, **v)
+
+
+def _qdisc(t: Table) -> Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | VdqCsaqm:
     kind = t.string("kind", required=True, choices=QDISC_KINDS)
+    if kind == "vdq_csaqm":
+        return _vdq_csaqm(t)
     if kind == "pie":
         return _pie(t)
     if kind == "fq_pie":
@@ -225,8 +283,12 @@ def _link_dir(t: Table | None, base_dir: Path, default: LinkDir) -> LinkDir:
     qt = t.table("qdisc")
     extra = _optional(t, {"overhead_bytes": ("int", 0, 65_535), "trace_bytes_per_opportunity": ("int", 1, 1 << 20)})
     t.done()
+    qdisc = _qdisc(qt) if qt is not None else default.qdisc
+    if isinstance(qdisc, VdqCsaqm) and qdisc.rate_mbit is None and rate is None:
+        t.err(f"{t.here('qdisc')}.rate_mbit", "required: the link has no rate_mbit (trace or unlimited), "
+                                             "and vdq_csaqm's virtual queues need the capacity C")
     return LinkDir(rate_mbit=rate, trace=trace, delay_ms=delay, loss=_loss(lt) if lt is not None else None,
-                   qdisc=_qdisc(qt) if qt is not None else default.qdisc,
+                   qdisc=qdisc,
                    overhead_bytes=extra.get("overhead_bytes", default.overhead_bytes),
                    trace_bytes_per_opportunity=extra.get("trace_bytes_per_opportunity",
                                                          default.trace_bytes_per_opportunity))
@@ -280,7 +342,7 @@ def _wifi(t: Table, clients: int) -> Wifi:
         pt.done()
     qt = t.table("queue")
     queue = _qdisc(qt) if qt is not None else None
-    if isinstance(queue, DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie):
+    if isinstance(queue, DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | VdqCsaqm):
         t.err(f"{t.here('queue')}.kind", f"{queue.to_config()['kind']} is supported on link.uplink/downlink only, "
                                           "not WiFi queues (use pfifo or codel)")
     wifi = Wifi(tuple(stations), agg, acc, phy, queue)

@@ -22,8 +22,10 @@ use crate::trace::Trace;
 
 mod lfq;
 mod pie;
+mod vdq;
 pub use lfq::{ControlConfig, Lfq};
 pub use pie::{FqPie, Pie};
+pub use vdq::{PolicyRule, VdqCsaqm, VDQ_POLICIES};
 
 /// A configuration error: the dotted path of the field and what is wrong.
 #[derive(Debug, Clone, PartialEq)]
@@ -166,7 +168,8 @@ fn one() -> f64 {
     1.0
 }
 
-/// Queue discipline: `{"kind": "pfifo" | "codel" | "dualpi2" | "fq_codel" | "fq" | "lfq" | "pie" | "fq_pie", ...}`.
+/// Queue discipline: `{"kind": "pfifo" | "codel" | "dualpi2" | "fq_codel" | "fq" | "lfq" | "pie" | "fq_pie" |
+/// "vdq_csaqm", ...}`.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind")]
 pub enum QdiscConfig {
@@ -186,6 +189,8 @@ pub enum QdiscConfig {
     Pie(Pie),
     #[serde(rename = "fq_pie")]
     FqPie(FqPie),
+    #[serde(rename = "vdq_csaqm")]
+    VdqCsaqm(VdqCsaqm),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -295,7 +300,7 @@ impl Default for Fq {
 
 impl<'de> Deserialize<'de> for QdiscConfig {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let kinds = ["pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq", "pie", "fq_pie"];
+        let kinds = ["pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq", "pie", "fq_pie", "vdq_csaqm"];
         let (tag, v) = split_tag::<D::Error>(Value::deserialize(d)?, "kind", &kinds)?;
         Ok(match tag.as_str() {
             "pfifo" => QdiscConfig::Pfifo(sub(v)?),
@@ -305,7 +310,8 @@ impl<'de> Deserialize<'de> for QdiscConfig {
             "fq" => QdiscConfig::Fq(sub(v)?),
             "lfq" => QdiscConfig::Lfq(sub(v)?),
             "pie" => QdiscConfig::Pie(sub(v)?),
-            _ => QdiscConfig::FqPie(sub(v)?),
+            "fq_pie" => QdiscConfig::FqPie(sub(v)?),
+            _ => QdiscConfig::VdqCsaqm(sub(v)?),
         })
     }
 }
@@ -743,6 +749,9 @@ impl LinkConfig {
             }
         }
         self.qdisc.validate(&format!("{at}.qdisc"))?;
+        if let QdiscConfig::VdqCsaqm(q) = &self.qdisc {
+            q.validate(&format!("{at}.qdisc"), self.rate_mbit)?;
+        }
         self.rate_spec(at)?;
         Ok(())
     }
@@ -761,6 +770,16 @@ impl LinkConfig {
 }
 
 impl QdiscConfig {
+    /// This config as the link with rate `link_rate_mbit` runs it: a
+    /// vdq_csaqm without its own `rate_mbit` takes the link's.
+    pub fn for_link(&self, link_rate_mbit: Option<f64>) -> QdiscConfig {
+        let mut q = self.clone();
+        if let QdiscConfig::VdqCsaqm(v) = &mut q {
+            v.rate_mbit = v.rate_mbit.or(link_rate_mbit);
+        }
+        q
+    }
+
     fn validate(&self, at: &str) -> Result<(), ConfigError> {
         match self {
             QdiscConfig::Pfifo(p) => {
@@ -795,6 +814,8 @@ impl QdiscConfig {
             QdiscConfig::Lfq(q) => q.validate(at)?,
             QdiscConfig::Pie(q) => q.validate(at)?,
             QdiscConfig::FqPie(q) => q.validate(at)?,
+            // Needs the link's rate: checked by LinkConfig::validate.
+            QdiscConfig::VdqCsaqm(_) => {}
         }
         Ok(())
     }
@@ -812,6 +833,10 @@ impl QdiscConfig {
             QdiscConfig::FqCodel(_) | QdiscConfig::Fq(_) | QdiscConfig::Lfq(_) => Some(
                 "fq_codel, fq and lfq are supported on uplink/downlink qdiscs only (the WiFi hop's drop accounting \
                  assumes the refused packet is the arriving one); use pfifo or codel here",
+            ),
+            QdiscConfig::VdqCsaqm(_) => Some(
+                "vdq_csaqm is supported on uplink/downlink qdiscs only (its virtual queues need the link's \
+                 capacity and a timer); use pfifo or codel here",
             ),
             _ => None,
         }

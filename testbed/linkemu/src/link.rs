@@ -97,7 +97,7 @@ impl Link {
         Link {
             loss: LossModel::new(cfg.loss.as_ref()),
             rng: Pcg64Mcg::seed_from_u64(seed),
-            qdisc: qdisc::build(&cfg.qdisc, seed ^ 0x05ee_d0f9_d15c),
+            qdisc: qdisc::build(&cfg.qdisc.for_link(cfg.rate_mbit), seed ^ 0x05ee_d0f9_d15c),
             tx,
             overhead: cfg.overhead_bytes,
             delay: (cfg.delay_ms * 1e6).round() as Nanos,

@@ -434,3 +434,47 @@ fn pie_uplink_reports_its_probability() {
     assert_eq!((state.kind, state.params[0].0), ("pie", "prob"));
     assert!(state.params.iter().any(|(n, _)| *n == "qdelay_ms"));
 }
+
+#[test]
+fn vdq_csaqm_uplink_per_class_and_per_flow_statistics() {
+    // Uplink: VDQ-CSAQM at the link's 12 Mbit/s (its C comes from the link).
+    // Client 0 sends 6 Mbit/s of Not-ECT UDP (Classic queue), client 1 a
+    // 1.2 Mbit/s ECT(1) stream (L4S queue), port 2, made Silver by a rule:
+    // no congestion (7.2 < C_v1 = 11.8 Mbit/s), so nothing is dropped or
+    // marked, the CTVs stay 0, and the statistics are split per class and flow.
+    let up = r#""uplink": {"rate_mbit": 12.0, "delay_ms": 5,
+        "qdisc": {"kind": "vdq_csaqm", "policies": [{"policy": "silver", "sport": 2}]}}"#;
+    let json = cfg("")
+        .replace(r#""uplink": {"rate_mbit": 12.0, "delay_ms": 5, "qdisc": {"kind": "pfifo", "limit_pkts": 10}}"#, up);
+    let mut s = Sim::new(&json.replace("\"per_packet\": true", "\"per_packet\": false"));
+    let dur = 5 * NS_PER_S;
+    let (mut tc, mut tl) = (T0, T0 + 3 * NS_PER_US);
+    while tc.min(tl) < T0 + dur {
+        if tc <= tl {
+            s.inject(tc, 0, build::ipv4_udp_ports(SRV, C0, 1500, Ecn::NotEct, 1, 5201));
+            tc += 2 * NS_PER_MS;
+        } else {
+            s.inject(tl, 1, build::ipv4_udp_ports(SRV, C1, 1500, Ecn::Ect1, 2, 5201));
+            tl += 10 * NS_PER_MS + 333;
+        }
+    }
+    s.run_until(T0 + dur + 100 * NS_PER_MS);
+    let q = s.engine.link(Dir::Up).qdisc().stats_json().unwrap();
+    let inside = s.engine.finish(s.clock.now());
+    let j = s.engine.stats.direction_json(Dir::Up, inside[0]);
+    let (classic, l4s) = (&j["classes"]["classic"], &j["classes"]["l4s"]);
+    assert_eq!((classic["packets_out"].as_u64(), l4s["packets_out"].as_u64()), (Some(2500), Some(500)));
+    assert_eq!((j["drops_total"].as_u64(), j["ecn_marks"].as_u64()), (Some(0), Some(0)));
+    assert!(l4s["sojourn_us"]["mean"].as_f64().unwrap() < 1_000.0, "{l4s}");
+    assert_eq!((q["kind"].as_str(), q["rate_mbit"].as_f64()), (Some("vdq_csaqm"), Some(12.0)));
+    assert_eq!(
+        (q["classes"]["classic"]["ctv_max"].as_u64(), q["classes"]["l4s"]["ctv_max"].as_u64()),
+        (Some(0), Some(0))
+    );
+    let flows = q["top_flows"].as_array().unwrap();
+    let pol: Vec<_> = flows
+        .iter()
+        .map(|f| (f["sport"].as_u64().unwrap(), f["policy"].as_str().unwrap(), f["queue"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(pol, vec![(1, "gold", 1), (2, "silver", 0)]);
+}

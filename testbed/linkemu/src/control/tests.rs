@@ -387,3 +387,19 @@ fn what_a_request_costs_the_loop() {
         assert!(per < Duration::from_millis(20), "{per:?}");
     }
 }
+
+#[test]
+fn vdq_csaqm_state_lists_ctvs_and_marked_flows() {
+    // Two flows of 50 Mbit/s (1250 B every 0.2 ms each) into 10 Mbit/s, for 0.4 s: CTV_1 > 0.
+    let mut e = engine_with(r#"{"kind": "vdq_csaqm", "policies": [{"policy": "silver", "sport": 4001}]}"#);
+    traffic(&mut e, &[4000, 4001], 2_000);
+    let up = &ask(&mut e, r#"{"op": "state", "dir": "uplink", "max_flows": 8}"#)["uplink"];
+    assert_eq!((&up["kind"], &up["flows_active"], &up["rate_mbit"]), (&json!("vdq_csaqm"), &json!(2), &json!(10.0)));
+    assert!(up["ctv_classic"].as_u64().unwrap() > 0, "overloaded 10x: {up}");
+    assert!(up["ctv_classic_gold_mbit"].as_f64().unwrap() < 10.0, "{up}");
+    let flows = up["flows"].as_array().unwrap();
+    assert_eq!((&flows[0]["policy"], &flows[1]["policy"]), (&json!("gold"), &json!("silver")));
+    assert!(flows[0]["rate_mbit"].as_f64().unwrap() > 20.0 && flows[0]["entitled_mbit"].is_number(), "{up}");
+    let set = error(&mut e, r#"{"op": "set", "dir": "uplink", "k": 2}"#);
+    assert!(set.starts_with("k: vdq_csaqm has no parameters settable"), "{set}");
+}

@@ -49,7 +49,13 @@
 //! data, no JSON on the forwarding thread); disciplines without run-time
 //! parameters keep the defaults (kind and backlog; every set refused).
 //!
-//! Dual-queue disciplines (DualPI2) tag each packet with its class
+//! VDQ-CSAQM (paper 004) marks each packet with a value at enqueue
+//! ([`pv_marker`]: per-flow rate and policy) and drops or marks by
+//! congestion threshold values computed from two virtual queues
+//! ([`vdq_vq`]) over an L4S and a Classic FIFO ([`vdq_csaqm`]); its
+//! virtual-time tests are in `vdq_tests.rs`.
+//!
+//! Dual-queue disciplines (DualPI2, VDQ-CSAQM) tag each packet with its class
 //! ([`Packet::class`]) at enqueue, so the statistics can be kept per class,
 //! and report their per-class lengths and base probability (`class_lens`,
 //! `base_prob`) for intervals.csv and their counters (`stats_json`) for
@@ -74,6 +80,11 @@ pub mod pfifo;
 pub mod pie;
 #[cfg(test)]
 mod pie_tests;
+pub mod pv_marker;
+pub mod vdq_csaqm;
+#[cfg(test)]
+mod vdq_tests;
+pub mod vdq_vq;
 
 use self::control::{QdiscState, SetApplied, SetParams};
 use self::fifo::Fifo;
@@ -178,7 +189,8 @@ pub trait Qdisc: Send {
     /// `next_timer` past `now`.
     fn on_timer(&mut self, _now: Nanos) {}
 
-    /// Short name for logs and the summary ("pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq", "pie", "fq_pie").
+    /// Short name for logs and the summary ("pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq", "pie", "fq_pie",
+    /// "vdq_csaqm").
     fn kind(&self) -> &'static str;
 
     /// Packets per class [Classic, L4S] of a dual-queue discipline (None: single queue).
@@ -247,5 +259,6 @@ pub fn build(cfg: &QdiscConfig, seed: u64) -> Box<dyn Qdisc> {
         QdiscConfig::Lfq(f) => Box::new(lfq::Lfq::from_config(f, seed)),
         QdiscConfig::Pie(p) => Box::new(pie::Pie::from_config(p, seed)),
         QdiscConfig::FqPie(f) => Box::new(fq_pie::FqPie::from_config(f, seed)),
+        QdiscConfig::VdqCsaqm(v) => Box::new(vdq_csaqm::VdqCsaqm::from_config(v, seed)),
     }
 }

@@ -1,0 +1,463 @@
+//! Virtual-time tests of what defines VDQ-CSAQM (paper 004), through a real
+//! [`Link`] with the discipline's own marker, next to pfifo where the
+//! comparison says something: the CTV following the load, values below the
+//! CTV dropped or marked (and the L4S packets held to the Classic CTV too,
+//! the coupling), the Gold:Silver shares of the paper's policies, the L4S
+//! queue's sub-millisecond delay with scalable senders, and an
+//! unresponsive flow held to the responsive flows' share.
+//!
+//! Senders (the test's own models, ACK-clocked, one ACK per packet
+//! `ACK_DELAY` after it leaves the link, i.e. the paper's 5 ms base RTT):
+//! constant-rate UDP-like sources; Reno-like AIMD (slow start, +1 packet per
+//! RTT, halved on a loss or a CE echo, at most once per RTT); and a
+//! DCTCP-like scalable sender (ECT(1), +1 per RTT, once per RTT of ACKs
+//! alpha <- (1 - 1/16) alpha + F/16 with F the marked fraction, and
+//! cwnd <- cwnd (1 - alpha / 2) if anything was marked).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use serde_json::Value;
+
+use crate::config::{LinkConfig, QdiscConfig, RateSpec};
+use crate::link::{Link, Out};
+use crate::packet::{build, Ecn, Packet, QClass};
+use crate::qdisc::control::Scalar;
+use crate::qdisc::DropCause;
+use crate::time::{Nanos, NS_PER_MS, NS_PER_S};
+
+const LEN: usize = 1500;
+const ACK_DELAY: Nanos = 5 * NS_PER_MS;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Cc {
+    Cbr { gap: Nanos, stop: Nanos },
+    Reno,
+    Dctcp,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Sender {
+    sport: u16,
+    ecn: Ecn,
+    cc: Cc,
+    cwnd: f64,
+    ssthresh: f64,
+    inflight: usize,
+    last_cut: Nanos,
+    alpha: f64,
+    win_acked: f64,
+    win_marked: f64,
+    next_pkt: Nanos,
+}
+
+impl Sender {
+    fn new(sport: u16, ecn: Ecn, cc: Cc) -> Sender {
+        Sender {
+            sport,
+            ecn,
+            cc,
+            cwnd: 2.0,
+            ssthresh: f64::INFINITY,
+            inflight: 0,
+            last_cut: 0,
+            alpha: 1.0,
+            win_acked: 0.0,
+            win_marked: 0.0,
+            next_pkt: sport as Nanos,
+        }
+    }
+    fn cbr(sport: u16, mbit: f64) -> Sender {
+        let gap = (LEN as f64 * 8.0 / mbit * 1e3) as Nanos;
+        Sender::new(sport, Ecn::NotEct, Cc::Cbr { gap, stop: Nanos::MAX })
+    }
+    fn reno(sport: u16) -> Sender {
+        Sender::new(sport, Ecn::NotEct, Cc::Reno)
+    }
+    fn dctcp(sport: u16) -> Sender {
+        Sender::new(sport, Ecn::Ect1, Cc::Dctcp)
+    }
+
+    fn halve(&mut self, t: Nanos) {
+        if t >= self.last_cut + 2 * ACK_DELAY {
+            self.cwnd = (self.cwnd / 2.0).max(2.0);
+            self.ssthresh = self.cwnd;
+            self.last_cut = t;
+        }
+    }
+
+    fn ack(&mut self, t: Nanos, marked: bool) {
+        self.inflight -= 1;
+        if self.cc == Cc::Dctcp {
+            self.win_acked += 1.0;
+            self.win_marked += marked as u8 as f64;
+            if self.win_acked >= self.cwnd {
+                let f = self.win_marked / self.win_acked;
+                self.alpha = (1.0 - 1.0 / 16.0) * self.alpha + f / 16.0;
+                if self.win_marked > 0.0 {
+                    self.cwnd = (self.cwnd * (1.0 - self.alpha / 2.0)).max(2.0);
+                    self.ssthresh = self.cwnd;
+                }
+                self.win_acked = 0.0;
+                self.win_marked = 0.0;
+            }
+        } else if marked {
+            self.halve(t);
+            return;
+        }
+        if self.cwnd < self.ssthresh {
+            self.cwnd += 1.0;
+        } else {
+            self.cwnd += 1.0 / self.cwnd;
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct Tally {
+    bytes_out: u64,
+    pkts_out: u64,
+    marks: u64,
+    drops: u64,
+    sojourn_sum: u128,
+}
+
+impl Tally {
+    fn mbit(&self, secs: f64) -> f64 {
+        self.bytes_out as f64 * 8.0 / secs / 1e6
+    }
+    fn sojourn_ms(&self) -> f64 {
+        self.sojourn_sum as f64 / self.pkts_out.max(1) as f64 / 1e6
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Ack { sender: usize, marked: bool },
+    Loss { sender: usize },
+}
+
+struct Sim {
+    link: Link,
+    senders: Vec<Sender>,
+    events: BinaryHeap<Reverse<(Nanos, Ev)>>,
+    from: Nanos,
+    flows: BTreeMap<u16, Tally>,
+    /// L4S-class sojourn (from `from`).
+    l4s: Tally,
+    out: Vec<Out>,
+    /// (t, CTV_0, CTV_1) every 10 ms.
+    ctv: Vec<(Nanos, u64, u64)>,
+}
+
+struct Run {
+    flows: BTreeMap<u16, Tally>,
+    l4s: Tally,
+    secs: f64,
+    ctv: Vec<(Nanos, u64, u64)>,
+    stats: Option<Value>,
+}
+
+impl Run {
+    fn mbit(&self, sport: u16) -> f64 {
+        self.flows[&sport].mbit(self.secs)
+    }
+    fn total_mbit(&self) -> f64 {
+        self.flows.values().map(|f| f.mbit(self.secs)).sum()
+    }
+    /// CTV_1 at the last sample at or before `t`.
+    fn ctv1_at(&self, t: Nanos) -> u64 {
+        self.ctv.iter().rev().find(|c| c.0 <= t).map_or(0, |c| c.2)
+    }
+}
+
+fn ctv_param(s: &[(&'static str, Scalar)], name: &str) -> u64 {
+    match s.iter().find(|p| p.0 == name).map(|p| p.1) {
+        Some(Scalar::U(v)) => v,
+        _ => 0,
+    }
+}
+
+impl Sim {
+    fn new(qdisc: &str, rate_mbit: f64, senders: &[Sender], from: Nanos) -> Sim {
+        let cfg = LinkConfig {
+            rate_mbit: Some(rate_mbit),
+            trace: None,
+            trace_bytes_per_opportunity: 1500,
+            delay_ms: 0.0,
+            loss: None,
+            qdisc: serde_json::from_str::<QdiscConfig>(qdisc).unwrap(),
+            overhead_bytes: 0,
+        };
+        let link = Link::new(&cfg, RateSpec::Constant { bps: (rate_mbit * 1e6) as u64 }, 1, 0);
+        let flows = senders.iter().map(|s| (s.sport, Tally::default())).collect();
+        Sim {
+            link,
+            senders: senders.to_vec(),
+            events: BinaryHeap::new(),
+            from,
+            flows,
+            l4s: Tally::default(),
+            out: vec![],
+            ctv: vec![],
+        }
+    }
+
+    fn send(&mut self, i: usize, t: Nanos) {
+        let s = &self.senders[i];
+        let frame = build::ipv4_udp_ports([2; 6], [4; 6], LEN, s.ecn, s.sport, 5201);
+        self.link.enqueue(Packet::from_frame(&frame, t), t, &mut self.out);
+        self.absorb();
+    }
+
+    fn pump(&mut self, i: usize, t: Nanos) {
+        if matches!(self.senders[i].cc, Cc::Cbr { .. }) {
+            return;
+        }
+        while self.senders[i].inflight < self.senders[i].cwnd as usize {
+            self.senders[i].inflight += 1;
+            self.send(i, t);
+        }
+    }
+
+    fn absorb(&mut self) {
+        for o in std::mem::take(&mut self.out) {
+            let (pkt, t) = match &o {
+                Out::Depart { pkt, t } | Out::Drop { pkt, t, .. } => (pkt, *t),
+            };
+            let sport = pkt.flow_key().unwrap().sport;
+            let i = self.senders.iter().position(|s| s.sport == sport).unwrap();
+            let window = !matches!(self.senders[i].cc, Cc::Cbr { .. });
+            let f = self.flows.get_mut(&sport).unwrap();
+            match &o {
+                Out::Depart { .. } => {
+                    if t >= self.from {
+                        f.bytes_out += pkt.ip_len() as u64;
+                        f.pkts_out += 1;
+                        f.marks += pkt.marked as u64;
+                        f.sojourn_sum += pkt.sojourn as u128;
+                        if pkt.class == QClass::L4s {
+                            self.l4s.pkts_out += 1;
+                            self.l4s.sojourn_sum += pkt.sojourn as u128;
+                        }
+                    }
+                    if window {
+                        self.events.push(Reverse((t + ACK_DELAY, Ev::Ack { sender: i, marked: pkt.marked })));
+                    }
+                }
+                Out::Drop { cause, .. } => {
+                    assert!(matches!(cause, DropCause::Aqm | DropCause::Queue));
+                    if t >= self.from {
+                        f.drops += 1;
+                    }
+                    if window {
+                        self.events.push(Reverse((t + 2 * ACK_DELAY, Ev::Loss { sender: i })));
+                    }
+                }
+            }
+        }
+    }
+
+    fn run(mut self, until: Nanos) -> Run {
+        for i in 0..self.senders.len() {
+            self.pump(i, 0);
+        }
+        let mut next_sample = 0;
+        loop {
+            let t_link = self.link.next_event().unwrap_or(Nanos::MAX);
+            let t_cbr = self
+                .senders
+                .iter()
+                .filter_map(|s| match s.cc {
+                    Cc::Cbr { stop, .. } if s.next_pkt < stop => Some(s.next_pkt),
+                    _ => None,
+                })
+                .min()
+                .unwrap_or(Nanos::MAX);
+            let t_ev = self.events.peek().map_or(Nanos::MAX, |e| e.0 .0);
+            let t = t_link.min(t_cbr).min(t_ev).min(next_sample);
+            if t > until {
+                break;
+            }
+            self.link.process(t, &mut self.out);
+            self.absorb();
+            if t == next_sample {
+                let p = self.link.qdisc().control_state(t, 0).params;
+                self.ctv.push((t, ctv_param(&p, "ctv_l4s"), ctv_param(&p, "ctv_classic")));
+                next_sample += 10 * NS_PER_MS;
+            }
+            while self.events.peek().is_some_and(|e| e.0 .0 == t) {
+                let Reverse((_, ev)) = self.events.pop().unwrap();
+                let i = match ev {
+                    Ev::Ack { sender, marked } => {
+                        self.senders[sender].ack(t, marked);
+                        sender
+                    }
+                    Ev::Loss { sender } => {
+                        self.senders[sender].inflight -= 1;
+                        self.senders[sender].halve(t);
+                        sender
+                    }
+                };
+                self.pump(i, t);
+            }
+            for i in 0..self.senders.len() {
+                if let Cc::Cbr { gap, stop } = self.senders[i].cc {
+                    let n = self.senders[i].next_pkt;
+                    if n == t && n < stop {
+                        self.senders[i].next_pkt += gap;
+                        self.send(i, t);
+                    }
+                }
+            }
+        }
+        let secs = (until - self.from) as f64 / 1e9;
+        Run { flows: self.flows, l4s: self.l4s, secs, ctv: self.ctv, stats: self.link.qdisc().stats_json() }
+    }
+}
+
+fn run(qdisc: &str, rate_mbit: f64, senders: &[Sender], until: Nanos, from: Nanos) -> Run {
+    Sim::new(qdisc, rate_mbit, senders, from).run(until)
+}
+
+const S: Nanos = NS_PER_S;
+
+fn vdq(extra: &str) -> String {
+    format!(r#"{{"kind": "vdq_csaqm"{extra}}}"#)
+}
+
+const PFIFO: &str = r#"{"kind": "pfifo", "limit_pkts": 1000}"#;
+
+fn cbr_between(sport: u16, mbit: f64, start: Nanos, stop: Nanos) -> Sender {
+    let mut c = Sender::cbr(sport, mbit);
+    c.next_pkt = start + sport as Nanos;
+    if let Cc::Cbr { gap, .. } = c.cc {
+        c.cc = Cc::Cbr { gap, stop };
+    }
+    c
+}
+
+#[test]
+fn ctv_rises_with_the_load_and_falls_back_to_zero() {
+    // 100 Mbit/s.  A 50 Mbit/s flow all along; a 60 Mbit/s flow from 1 s to
+    // 3 s (110 Mbit/s offered > C_v1 = 98.4).  Before 1 s VQ_1 holds nothing
+    // (arrivals < C_v1): CTV_1 = 0.  From 1 s VQ_1 grows by 11.6 Mbit/s and
+    // passes l_1 = 20 ms * 98.4 Mbit/s = 1.97 Mbit after 170 ms; from then
+    // on the CTV is the value where VQ_1's top l_1 bits end, which rises as
+    // the queue grows (the top l_1 is an ever smaller share of it).  After 3 s
+    // (50 Mbit/s in) VQ_1 (at most vqmax_1 = 25 Mbit) drains at 48.4 Mbit/s:
+    // below l_1 within 0.5 s, CTV_1 = 0 again.
+    let r = run(&vdq(""), 100.0, &[cbr_between(1, 50.0, 0, 5 * S), cbr_between(2, 60.0, S, 3 * S)], 5 * S, 0);
+    let at = |ms: Nanos| r.ctv1_at(ms * NS_PER_MS);
+    assert!(r.ctv.iter().filter(|c| c.0 < S).all(|c| c.2 == 0), "no congestion, no CTV");
+    assert_eq!(at(1_150), 0, "VQ_1 not yet above l_1");
+    let (early, late) = (at(1_400), at(2_900));
+    assert!(early > 0 && late > early, "CTV_1 rises with the backlog: {early} -> {late}");
+    assert_eq!(at(3_600), 0, "back to 0 once VQ_1 drained below l_1");
+    assert!(r.ctv.iter().all(|c| c.1 == 0), "no L4S traffic: CTV_0 stays 0");
+    // While the CTV acts, the 60 Mbit/s flow loses more than the 50 Mbit/s one
+    // (a larger share of its values is low: it is marked from a higher rate).
+    let (a, b) = (&r.flows[&1], &r.flows[&2]);
+    assert!(b.drops as f64 / 24_000.0 > a.drops as f64 / 41_667.0, "{} {}", a.drops, b.drops);
+}
+
+#[test]
+fn gold_gets_more_than_silver_as_the_policy_orders() {
+    // The paper's Figure 5/6 mix at its first phase: L4S Gold, L4S Silver
+    // (DCTCP-like), Classic Gold, Classic Silver (Reno-like), 1 each, 5 ms
+    // RTT, 200 Mbit/s, measured over 5..20 s.  The policy's target in this
+    // region (Silver above 10 Mbit/s) is 1:4 Silver:Gold per class.
+    let rules = r#", "policies": [{"policy": "silver", "sport": 2}, {"policy": "silver", "sport": 4}]"#;
+    let senders = [Sender::dctcp(1), Sender::dctcp(2), Sender::reno(3), Sender::reno(4)];
+    let r = run(&vdq(rules), 200.0, &senders, 20 * S, 5 * S);
+    let (lg, ls, cg, cs) = (r.mbit(1), r.mbit(2), r.mbit(3), r.mbit(4));
+    println!("gold:silver L4S {lg:.1}:{ls:.1}, Classic {cg:.1}:{cs:.1}, total {:.1}", r.total_mbit());
+    assert!(r.total_mbit() > 0.95 * 196.8, "utilisation: {}", r.total_mbit());
+    let agg = (lg + cg) / (ls + cs);
+    // Tolerance: Gold must get at least 1.8x Silver in each class and in all
+    // (the policy's order, well away from 1:1), and at most the policy's 4x
+    // (+10 %): with two flows per class the CTV is set in bursts (CTV_1 = 0 a
+    // good half of the 10-ms updates, module comment), so each sender's share
+    // comes from how it answers a burst of marks or drops that hits both
+    // flows, which pulls the ratio from 4 towards 2 (README, "Deviations").
+    for (what, ratio) in [("L4S", lg / ls), ("Classic", cg / cs), ("all", agg)] {
+        assert!((1.8..=4.4).contains(&ratio), "{what}: Gold/Silver = {ratio:.2}");
+    }
+    // The ideal shares at a steady CTV are exactly 4:1 (region III).
+    use crate::qdisc::pv_marker::{gold_value, Policy};
+    let c = gold_value(78.7e6);
+    assert!((Policy::Gold.rate_at(c) / Policy::Silver.rate_at(c) - 4.0).abs() < 1e-3);
+    // summary.json: per-flow policies and per-class counters.
+    let st = r.stats.unwrap();
+    let pol: Vec<_> =
+        st["top_flows"].as_array().unwrap().iter().map(|f| (f["sport"].as_u64(), f["policy"].clone())).collect();
+    assert!(pol.contains(&(Some(2), Value::from("silver"))) && pol.contains(&(Some(3), Value::from("gold"))));
+    assert!(st["classes"]["l4s"]["aqm_marks"].as_u64().unwrap() > 0);
+    assert!(st["classes"]["classic"]["aqm_drops"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn l4s_queue_delay_stays_under_a_millisecond() {
+    // DCTCP-like senders (ECT(1)), alone and next to a Reno-like Classic
+    // flow, 100 Mbit/s, 5 ms RTT, over 5..20 s.  The paper: sub-millisecond
+    // mean L4S delay; a single DCTCP flow reaching ~0.8 of C (VQ_0 is served
+    // at 0.9 C).
+    let r = run(&vdq(""), 100.0, &[Sender::dctcp(1), Sender::dctcp(2)], 20 * S, 5 * S);
+    println!("L4S only: {:.1} + {:.1} Mbit/s, L4S sojourn {:.3} ms", r.mbit(1), r.mbit(2), r.l4s.sojourn_ms());
+    assert!(r.l4s.sojourn_ms() < 1.0);
+    assert!(r.total_mbit() > 75.0, "{}", r.total_mbit());
+    let r = run(&vdq(""), 100.0, &[Sender::dctcp(1), Sender::dctcp(2), Sender::reno(3)], 20 * S, 5 * S);
+    println!(
+        "with Classic: {:.1} + {:.1} + {:.1} Mbit/s, L4S sojourn {:.3} ms, Classic {:.2} ms",
+        r.mbit(1),
+        r.mbit(2),
+        r.mbit(3),
+        r.l4s.sojourn_ms(),
+        r.flows[&3].sojourn_ms()
+    );
+    assert!(r.l4s.sojourn_ms() < 1.0 && r.l4s.pkts_out > 80_000);
+    assert!(r.flows[&3].sojourn_ms() < 20.0, "Classic below D_1");
+    assert!(r.total_mbit() > 95.0);
+    // The same senders through pfifo: the L4S packets wait behind the Classic queue.
+    let p = run(PFIFO, 100.0, &[Sender::dctcp(1), Sender::dctcp(2), Sender::reno(3)], 20 * S, 5 * S);
+    assert!(p.flows[&1].sojourn_ms() > 10.0, "pfifo: {}", p.flows[&1].sojourn_ms());
+}
+
+#[test]
+fn an_unresponsive_flow_is_held_to_the_responsive_flows_share() {
+    // 60 Mbit/s of Not-ECT UDP next to two Reno-like flows, all Gold, 100 Mbit/s.
+    // pfifo: the UDP flow keeps its 60, the two TCPs share the rest, 100 ms of queue.
+    // VDQ-CSAQM: a UDP packet passes only with a value above the CTV, i.e. at the
+    // rate a Gold flow is entitled to, so it gets what each Reno flow gets (+-25 %:
+    // the Reno sawtooth), and the queue stays short.  The price (the paper's
+    // design: the VQ counts arrivals, and the UDP flow's dropped excess still
+    // occupies C_v1): the entitled rate g solves 60 + 2 g = 98.4, g ~ 19 Mbit/s,
+    // so the link runs at ~3 g.
+    let senders = [Sender::cbr(1, 60.0), Sender::reno(2), Sender::reno(3)];
+    let v = run(&vdq(""), 100.0, &senders, 30 * S, 10 * S);
+    let p = run(PFIFO, 100.0, &senders, 30 * S, 10 * S);
+    let tcp = |r: &Run| (r.mbit(2) + r.mbit(3)) / 2.0;
+    println!("vdq: udp {:.1} tcp {:.1}; pfifo: udp {:.1} tcp {:.1}", v.mbit(1), tcp(&v), p.mbit(1), tcp(&p));
+    assert!(v.mbit(1) < 1.25 * tcp(&v) && v.mbit(1) > 0.8 * tcp(&v), "{} vs {}", v.mbit(1), tcp(&v));
+    assert!((v.total_mbit() / 3.0 - 19.2).abs() < 3.0, "{}", v.total_mbit());
+    assert!(p.mbit(1) > 2.5 * tcp(&p));
+    assert!(v.flows[&2].sojourn_ms() < 5.0 && p.flows[&2].sojourn_ms() > 50.0);
+}
+
+#[test]
+fn control_state_shows_the_ctvs_and_the_marked_flows() {
+    let rules = r#", "policies": [{"policy": "silver", "sport": 2}]"#;
+    let mut sim = Sim::new(&vdq(rules), 100.0, &[Sender::reno(1), Sender::reno(2)], 0);
+    for i in 0..2 {
+        sim.pump(i, 0);
+    }
+    let st = sim.link.qdisc().control_state(0, 10);
+    assert_eq!(st.kind, "vdq_csaqm");
+    assert_eq!(st.flows_active, 2);
+    let flows = st.flows.unwrap();
+    let pol = |f: &crate::qdisc::control::FlowState| f.extra.iter().find(|e| e.0 == "policy").unwrap().1;
+    assert_eq!((pol(&flows[0]), pol(&flows[1])), (Scalar::S("gold"), Scalar::S("silver")));
+    assert_eq!(flows[0].queue, 1, "Classic");
+    assert!(st.params.iter().any(|p| p == &("ctv_classic", Scalar::U(0))));
+    assert!(st.params.iter().any(|p| p == &("ctv_classic_gold_mbit", Scalar::S("unlimited"))));
+}
