@@ -7,7 +7,6 @@ The daemon's settings are checked by the daemon's own validator
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import tomllib
 from collections.abc import Sequence
@@ -20,25 +19,17 @@ from .model import (
     DAEMON_AVAILABLE,
     DAEMON_POLICIES,
     DAEMON_TICK_S,
-    DUALPI2_CLASSIFIERS,
-    DUALPI2_SCHEDULERS,
     EMULATORS,
     FALLBACK_CCAS,
     FLOW_KINDS,
-    FQ_DEFAULT_FLOW_LIMIT_PKTS,
-    FQ_DEFAULT_LIMIT_PKTS,
     INHERIT_MODES,
     MAX_CLIENTS,
     MIN_INTERVAL_S,
     NAME_RE,
-    QDISC_KINDS,
-    VDQ_CLASSIFIERS,
-    VDQ_POLICIES,
     AccessDelay,
     Aggregation,
     BernoulliLoss,
     Capture,
-    Codel,
     DaemonSettings,
     Dist,
     DualPi2,
@@ -57,31 +48,11 @@ from .model import (
     ScenarioError,
     Switch,
     VdqCsaqm,
-    VdqPolicyRule,
     Wifi,
     WifiClient,
 )
+from .parse_qdisc import optional_fields, parse_qdisc
 from .tables import Err, Table, read_file, tname
-
-
-def _optional(t: Table, spec: dict[str, tuple[str, float | None, float | None]]) -> dict[str, Any]:
-    """Read the optional fields of *spec* (name -> (kind, lo, hi)) that *t* sets.
-
-    kind: "num" (lo <= v <= hi), "pos" (0 < v <= hi), "int" or "bool".
-    """
-    out: dict[str, Any] = {}
-    for key, (kind, lo, hi) in spec.items():
-        if not t.has(key):
-            t.used.add(key)
-        elif kind == "bool":
-            out[key] = t.boolean(key, False)
-        elif kind == "int":
-            out[key] = t.integer(key, lo=None if lo is None else int(lo), hi=None if hi is None else int(hi))
-        elif kind == "pos":
-            out[key] = t.number(key, lo=0.0, lo_open=True, hi=hi)
-        else:
-            out[key] = t.number(key, lo=lo, hi=hi)
-    return out
 
 
 def _loss(t: Table) -> BernoulliLoss | GilbertLoss:
@@ -98,170 +69,6 @@ def _loss(t: Table) -> BernoulliLoss | GilbertLoss:
     loss_bad = t.number("loss_bad", 1.0, lo=0.0, hi=1.0)
     t.done()
     return GilbertLoss(p_gb, p_bg, loss_good, 1.0 if loss_bad is None else loss_bad)
-
-
-def _dualpi2(t: Table) -> DualPi2:
-    """The dualpi2 qdisc table; ranges as linkemu checks them (config.rs DualPi2::validate)."""
-    v = _optional(t, {"limit_pkts": ("int", 1, 10_000_000), "target_ms": ("pos", None, 60_000.0),
-                      "tupdate_ms": ("num", 0.1, 60_000.0), "alpha_hz": ("pos", None, 1e9),
-                      "beta_hz": ("num", 0.0, 1e9), "k": ("num", 0.5, 64.0),
-                      "l_min_th_ms": ("num", 0.0, 60_000.0), "l_max_th_ms": ("num", 0.0, 60_000.0),
-                      "l_min_qlen_pkts": ("int", 0, 10_000_000), "c_weight_pct": ("num", 0.0, 100.0),
-                      "tshift_ms": ("num", 0.0, 60_000.0), "drop_on_overload": ("bool", None, None)})
-    lo = v.get("l_min_th_ms", 1.0)
-    if "l_max_th_ms" in v and v["l_max_th_ms"] < lo:
-        t.err(t.here("l_max_th_ms"), f"must be >= l_min_th_ms ({lo:g}), got {v['l_max_th_ms']:g}")
-    classifier = t.string("classifier", None, choices=DUALPI2_CLASSIFIERS)
-    scheduler = t.string("scheduler", None, choices=DUALPI2_SCHEDULERS)
-    dscp: tuple[int, ...] | None = None
-    if t.has("l_dscp"):
-        raw = t.array("l_dscp")
-        for i, d in enumerate(raw):
-            if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= 63:
-                t.err(f"{t.here('l_dscp')}[{i}]", f"must be a DSCP value 0..63, got {d!r}")
-        dscp = tuple(raw)
-    else:
-        t.used.add("l_dscp")
-    if classifier == "dscp" and not dscp:
-        t.err(t.here("l_dscp"), 'classifier = "dscp" needs at least one DSCP value (0..63)')
-    if dscp is not None and classifier != "dscp":
-        t.err(t.here("l_dscp"), 'only used with classifier = "dscp" (remove it or set the classifier)')
-    t.done()
-    return DualPi2(classifier=classifier, scheduler=scheduler, l_dscp=dscp, **v)
-
-
-_FQ_QUEUES = {"flows": ("int", 1, 65_536), "quantum": ("int", 256, 1 << 20)}
-"""fq_codel's, fq's, lfq's and fq_pie's flow queues; ranges as linkemu checks them (config.rs flow_queues)."""
-
-
-def _fq_codel(t: Table) -> FqCodel:
-    """The fq_codel qdisc table (config.rs QdiscConfig::validate)."""
-    v = _optional(t, {**_FQ_QUEUES, "target_ms": ("pos", None, 60_000.0), "interval_ms": ("pos", None, 60_000.0),
-                      "limit_pkts": ("int", 1, 10_000_000), "ecn": ("bool", None, None)})
-    t.done()
-    return FqCodel(**v)
-
-
-def _fq(t: Table) -> Fq:
-    """The fq qdisc table: a static per-flow limit, at most the overall limit."""
-    v = _optional(t, {**_FQ_QUEUES, "flow_limit_pkts": ("int", 1, 10_000_000),
-                      "limit_pkts": ("int", 1, 10_000_000)})
-    limit = v.get("limit_pkts", FQ_DEFAULT_LIMIT_PKTS)
-    flow_limit = v.get("flow_limit_pkts", FQ_DEFAULT_FLOW_LIMIT_PKTS)
-    if flow_limit > limit:
-        t.err(t.here("flow_limit_pkts"), f"must be <= limit_pkts ({limit}), got {flow_limit}")
-    t.done()
-    return Fq(**v)
-
-
-def _lfq(t: Table) -> Lfq:
-    """The lfq qdisc table: fq's queues, a default per-flow limit (at most the overall limit)."""
-    v = _optional(t, {**_FQ_QUEUES, "default_limit_pkts": ("int", 1, 10_000_000),
-                      "limit_pkts": ("int", 1, 10_000_000), "idle_timeout_ms": ("pos", None, 3_600_000.0)})
-    limit = v.get("limit_pkts", FQ_DEFAULT_LIMIT_PKTS)
-    default = v.get("default_limit_pkts", FQ_DEFAULT_FLOW_LIMIT_PKTS)
-    if default > limit:
-        t.err(t.here("default_limit_pkts"), f"must be <= limit_pkts ({limit}), got {default}")
-    t.done()
-    return Lfq(**v)
-
-
-_PIE = {"target_ms": ("pos", None, 60_000.0), "tupdate_ms": ("num", 0.1, 60_000.0), "alpha": ("pos", None, 2.0),
-        "beta": ("num", 0.0, 2.0), "max_burst_ms": ("num", 0.0, 60_000.0), "limit_pkts": ("int", 1, 10_000_000),
-        "ecn": ("bool", None, None), "bytemode": ("bool", None, None)}
-"""pie's fields and fq_pie's PIE fields; ranges as linkemu checks them (config/pie.rs)."""
-
-
-def _pie(t: Table) -> Pie:
-    """The pie qdisc table (RFC 8033, Linux sch_pie's fields)."""
-    v = _optional(t, _PIE)
-    t.done()
-    return Pie(**v)
-
-
-def _fq_pie(t: Table) -> FqPie:
-    """The fq_pie qdisc table: fq_codel's flow queues, PIE's fields, ``ecn_prob_pct``."""
-    v = _optional(t, {**_FQ_QUEUES, **_PIE, "ecn_prob_pct": ("num", 0.0, 100.0)})
-    t.done()
-    return FqPie(**v)
-
-
-def _vdq_rule(t: Table) -> VdqPolicyRule:
-    """One marker rule of vdq_csaqm: a policy and the 5-tuple fields it matches."""
-    policy = t.string("policy", required=True, choices=VDQ_POLICIES) or "gold"
-    addrs: dict[str, str | None] = {}
-    for key in ("src", "dst"):
-        a = t.string(key)
-        if a is not None:
-            try:
-                ipaddress.ip_address(a)
-            except ValueError:
-                t.err(t.here(key), f"must be an IP address, got {a!r}")
-        addrs[key] = a
-    v = _optional(t, {"proto": ("int", 0, 255), "sport": ("int", 0, 65_535), "dport": ("int", 0, 65_535)})
-    t.done()
-    return VdqPolicyRule(policy=policy, **addrs, **v)
-
-
-def _vdq_csaqm(t: Table) -> VdqCsaqm:
-    """The vdq_csaqm qdisc table; ranges as linkemu checks them (config/vdq.rs)."""
-    v = _optional(t, {"rate_mbit": ("pos", None, 1e6), "vq0_rate": ("pos", None, 1.0), "vq1_rate": ("pos", None, 1.0),
-                      "qmax0_ms": ("num", 0.1, 60_000.0), "qmax1_ms": ("num", 0.1, 60_000.0),
-                      "target0_ms": ("num", 0.01, 60_000.0), "target1_ms": ("num", 0.01, 60_000.0),
-                      "tupdate_ms": ("num", 0.1, 60_000.0), "rate_window_ms": ("num", 0.1, 60_000.0),
-                      "idle_timeout_ms": ("num", 1.0, 60_000.0), "classic_ecn": ("bool", None, None)})
-    if v.get("vq0_rate", 0.9) > v.get("vq1_rate", 0.984):
-        t.err(t.here("vq0_rate"), f"must be <= vq1_rate ({v.get('vq1_rate', 0.984):g}), got {v.get('vq0_rate', 0.9):g}")
-    classifier = t.string("classifier", None, choices=VDQ_CLASSIFIERS)
-    dscp: tuple[int, ...] | None = None
-    if t.has("l_dscp"):
-        raw = t.array("l_dscp")
-        for i, d in enumerate(raw):
-            if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= 63:
-                t.err(f"{t.here('l_dscp')}[{i}]", f"must be a DSCP value 0..63, got {d!r}")
-        dscp = tuple(raw)
-    else:
-        t.used.add("l_dscp")
-    if classifier == "dscp" and not dscp:
-        t.err(t.here("l_dscp"), 'classifier = "dscp" needs at least one DSCP value (0..63)')
-    if dscp is not None and classifier != "dscp":
-        t.err(t.here("l_dscp"), 'only used with classifier = "dscp" (remove it or set the classifier)')
-    default_policy = t.string("default_policy", None, choices=VDQ_POLICIES)
-    rules: tuple[VdqPolicyRule, ...] | None = None
-    if t.has("policies"):
-        raw = t.array("policies")
-        rules = tuple(_vdq_rule(Table(r, f"{t.here('policies')}[{i}]", t.err)) for i, r in enumerate(raw))
-    else:
-        t.used.add("policies")
-    t.done()
-    return VdqCsaqm(classifier=classifier, l_dscp=dscp, default_policy=default_policy, policies=rules, **v)
-
-
-def _qdisc(t: Table) -> Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | VdqCsaqm:
-    kind = t.string("kind", required=True, choices=QDISC_KINDS)
-    if kind == "vdq_csaqm":
-        return _vdq_csaqm(t)
-    if kind == "pie":
-        return _pie(t)
-    if kind == "fq_pie":
-        return _fq_pie(t)
-    if kind == "dualpi2":
-        return _dualpi2(t)
-    if kind == "fq_codel":
-        return _fq_codel(t)
-    if kind == "fq":
-        return _fq(t)
-    if kind == "lfq":
-        return _lfq(t)
-    limit = int(t.integer("limit_pkts", 1000, lo=1, hi=10_000_000) or 1000)
-    if kind == "pfifo":
-        q: Pfifo | Codel = Pfifo(limit)
-    else:
-        q = Codel(target_ms=float(t.number("target_ms", 5.0, lo=0.0, lo_open=True, hi=60_000.0) or 5.0),
-                  interval_ms=float(t.number("interval_ms", 100.0, lo=0.0, lo_open=True, hi=60_000.0) or 100.0),
-                  limit_pkts=limit, ecn=t.boolean("ecn", False))
-    t.done()
-    return q
 
 
 def _link_dir(t: Table | None, base_dir: Path, default: LinkDir) -> LinkDir:
@@ -281,9 +88,10 @@ def _link_dir(t: Table | None, base_dir: Path, default: LinkDir) -> LinkDir:
     delay = float(t.number("delay_ms", default.delay_ms, lo=0.0, hi=100_000.0) or 0.0)
     lt = t.table("loss")
     qt = t.table("qdisc")
-    extra = _optional(t, {"overhead_bytes": ("int", 0, 65_535), "trace_bytes_per_opportunity": ("int", 1, 1 << 20)})
+    extra = optional_fields(t, {"overhead_bytes": ("int", 0, 65_535),
+                                "trace_bytes_per_opportunity": ("int", 1, 1 << 20)})
     t.done()
-    qdisc = _qdisc(qt) if qt is not None else default.qdisc
+    qdisc = parse_qdisc(qt) if qt is not None else default.qdisc
     if isinstance(qdisc, VdqCsaqm) and qdisc.rate_mbit is None and rate is None:
         t.err(f"{t.here('qdisc')}.rate_mbit", "required: the link has no rate_mbit (trace or unlimited), "
                                              "and vdq_csaqm's virtual queues need the capacity C")
@@ -320,12 +128,12 @@ def _wifi(t: Table, clients: int) -> Wifi:
         stations.append(WifiClient(rate, up))
     agg = Aggregation()
     if (at := t.table("aggregation")) is not None:
-        agg = Aggregation(**_optional(at, {"max_frames": ("int", 1, 1024), "max_bytes": ("int", 1600, 1 << 24),
+        agg = Aggregation(**optional_fields(at, {"max_frames": ("int", 1, 1024), "max_bytes": ("int", 1600, 1 << 24),
                                            "max_wait_us": ("num", 0.0, 1e6), "max_ppdu_us": ("pos", None, 1e6)}))
         at.done()
     acc = AccessDelay()
     if (dt := t.table("access_delay_us")) is not None:
-        vals = _optional(dt, {"slot_us": ("pos", None, 1e5), "aifs_us": ("num", 0.0, 1e6),
+        vals = optional_fields(dt, {"slot_us": ("pos", None, 1e5), "aifs_us": ("num", 0.0, 1e6),
                               "cw_min": ("int", 0, 65_535), "cw_max": ("int", 0, 65_535),
                               "retry_limit": ("int", 0, 255), "collisions": ("bool", None, None)})
         lo_cw, hi_cw = vals.get("cw_min", 15), vals.get("cw_max", 1023)
@@ -336,12 +144,12 @@ def _wifi(t: Table, clients: int) -> Wifi:
         dt.done()
     phy = PhyOverheads()
     if (pt := t.table("phy")) is not None:
-        phy = PhyOverheads(**_optional(pt, {"preamble_us": ("num", 0.0, 1e4), "sifs_us": ("num", 0.0, 1e4),
+        phy = PhyOverheads(**optional_fields(pt, {"preamble_us": ("num", 0.0, 1e4), "sifs_us": ("num", 0.0, 1e4),
                                             "block_ack_us": ("num", 0.0, 1e4),
                                             "mpdu_overhead_bytes": ("int", 0, 1024)}))
         pt.done()
     qt = t.table("queue")
-    queue = _qdisc(qt) if qt is not None else None
+    queue = parse_qdisc(qt) if qt is not None else None
     if isinstance(queue, DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | VdqCsaqm):
         t.err(f"{t.here('queue')}.kind", f"{queue.to_config()['kind']} is supported on link.uplink/downlink only, "
                                           "not WiFi queues (use pfifo or codel)")
