@@ -91,10 +91,13 @@ def rss_mb(pid: int) -> float:
 
 
 def flow_map_entries(pid: int) -> int:
-    """Sockets in the daemon's own ccs_flow_sk map (socket storage has no key walk: its entries are
-    counted by running the monitor's own storage iterator over the daemon's map from here)."""
+    """Sockets in the daemon's own ccs_flow_sk map.  Socket storage has no key walk, so they are
+    counted by the monitor object's ccs_count_tracked (iter/tcp over the daemon's network namespace,
+    lookups without creation) run over the daemon's map from here; it works on kernels that refuse
+    the storage-map iterator too."""
     from ccswitch.bpf.libbpf import BpfObject, _lib, held_ids, run_iter
-    from ccswitch.bpf.monitor import FLOW_RECORD_SIZE, OBJ_PATH
+    from ccswitch.bpf.monitor import OBJ_PATH
+    from ccswitch.testbed.runs.netns import entered
 
     for mid in held_ids(pid, "map"):
         show = json.loads(subprocess.run(["bpftool", "-j", "map", "show", "id", str(mid)], capture_output=True,
@@ -106,11 +109,12 @@ def flow_map_entries(pid: int) -> int:
             obj = BpfObject(OBJ_PATH)
             try:
                 obj.reuse_map_fd("ccs_flow_sk", fd)
-                obj.set_autoload("ccs_sockops", False)
-                obj.set_autoload("ccs_sample", False)
+                for prog in ("ccs_sockops", "ccs_sample", "ccs_sample_tracked"):
+                    obj.set_autoload(prog, False)
                 obj.load()
-                link = obj.attach_iter("ccs_sample_tracked", map_name="ccs_flow_sk")
-                return len(run_iter(link)) // FLOW_RECORD_SIZE
+                link = obj.attach_iter("ccs_count_tracked")
+                with entered(f"/proc/{pid}/ns/net"):  # an iter/tcp walks the netns of its reader
+                    return len(run_iter(link)) // 8
             finally:
                 obj.close()
                 os.close(fd)

@@ -32,6 +32,11 @@
  *	subscribes them to the callbacks with bpf_setsockopt(
  *	TCP_BPF_SOCK_OPS_CB_FLAGS) (6.13+; older kernels: sampled, no jitter).
  *	User space runs it at start and then every few seconds as a safety net.
+ *
+ *  ccs_count_tracked (iter/tcp) -- for benchmarks, never loaded by the daemon
+ *	The cookie of every socket of the reader's netns that holds a storage
+ *	entry, without creating any: counts the tracked set on kernels that
+ *	refuse the storage-map iterator (bench/daemon_churn.py).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -292,5 +297,22 @@ int ccs_sample(struct bpf_iter__tcp *ctx)
 	}
 	fill_record(r, sk, tp, fr);
 	bpf_seq_write(ctx->meta->seq, r, sizeof(*r));
+	return 0;
+}
+
+SEC("iter/tcp")
+int ccs_count_tracked(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct tcp_sock *tp;
+	__u64 cookie;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp || !bpf_sk_storage_get(&ccs_flow_sk, (struct sock *)tp, NULL, 0))
+		return 0;
+	cookie = bpf_get_socket_cookie(tp);
+	bpf_seq_write(ctx->meta->seq, &cookie, sizeof(cookie));
 	return 0;
 }

@@ -68,6 +68,7 @@ def _load_object(obj_path: Path) -> tuple[BpfObject, bool]:
     """
     obj = BpfObject(obj_path)
     try:
+        obj.set_autoload("ccs_count_tracked", False)  # the benchmarks' counter
         obj.load()
         return obj, True
     except BpfError as first:
@@ -76,6 +77,7 @@ def _load_object(obj_path: Path) -> tuple[BpfObject, bool]:
     obj = BpfObject(obj_path)
     try:
         obj.set_autoload("ccs_sample_tracked", False)
+        obj.set_autoload("ccs_count_tracked", False)
         obj.load()
     except BaseException:
         obj.close()
