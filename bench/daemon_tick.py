@@ -27,7 +27,12 @@
    3ed8786, the daemon before the vectorised bookkeeping) and of this tree,
    on the same synthetic rows and policy file, in alternating subprocesses
    (REV's package from `git archive`, laid out as installed), printed as
-   ratios of the CPU time per tick.
+   ratios of the CPU time per tick; then resident memory side by side
+   (--only ticks|memory for one part): VmRSS after `import ccswitch.daemon.main`
+   in a fresh interpreter (and whether pyarrow got loaded), and of a real
+   ccswitchd of REV and of this tree (observe with 10 idle flows; dqn with 100
+   flows after 10 s), alternating, median of 3 runs each.  REV's daemon runs
+   with this tree's compiled BPF objects (bpf/*.bpf.o are not in git).
 """
 
 from __future__ import annotations
@@ -93,6 +98,16 @@ class SyntheticPlane:
         c0 = time.thread_time()
         try:
             return self._sample()
+        finally:
+            self.cpu_s += time.thread_time() - c0
+
+    def sample_frame(self) -> object:
+        """The same rows as numpy columns (what DataPlane.sample_frame gives a controller that reads it)."""
+        c0 = time.thread_time()
+        try:
+            from ccswitch.frame import FlowFrame
+
+            return FlowFrame.from_arrow(self._sample())
         finally:
             self.cpu_s += time.thread_time() - c0
 
@@ -165,8 +180,15 @@ def tree_of(rev: str) -> Path:
     return tmp / "pkg"
 
 
-def compare(rev: str, ticks: int) -> None:
+def compare(rev: str, ticks: int, only: str | None = None) -> None:
     tree = tree_of(rev)
+    if only != "ticks":
+        for obj in (Path(__file__).resolve().parents[1] / "bpf").glob("*.bpf.o"):
+            shutil.copy(obj, tree / "ccswitch" / "bpf" / obj.name)
+        compare_memory(rev, tree)
+    if only == "memory":
+        shutil.rmtree(tree.parent, ignore_errors=True)
+        return
     me = str(Path(__file__).resolve())
     print(f"tick cost, controller of {rev} vs this tree (CPU ms per tick: p50 of {ticks} decision ticks, the "
           f"lowest of {COMPARE_RUNS} alternating runs each, as other load on the machine only adds)")
@@ -183,6 +205,43 @@ def compare(rev: str, ticks: int) -> None:
             old, new = min(res["old"]), min(res["new"])
             print(f"{n:>7} {case:>10} {old:>14.2f} {new:>10.2f} {new / old:>14.2f}")
     shutil.rmtree(tree.parent, ignore_errors=True)
+
+
+# runs ccswitch from the tree in argv[1] (not the editable install), then the module in argv[2]
+_BOOT = ("import sys, runpy; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f)]; "
+         "sys.path.insert(0, sys.argv.pop(1)); runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)")
+_IMPORT = ("import sys, os; {boot}import {module}; "
+           "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmRSS')][0], "
+           "any(m.split('.')[0] == 'pyarrow' for m in sys.modules))")
+
+
+def import_rss(module: str, tree: Path | None = None) -> tuple[float, bool]:
+    """VmRSS (MB) of a fresh interpreter after `import module` (ccswitch from *tree*), pyarrow loaded?"""
+    boot = ("sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f)]; "
+            f"sys.path.insert(0, {str(tree)!r}); ") if tree else ""
+    code = _IMPORT.format(boot=boot, module=module) if module else _IMPORT.replace("import {module}; ", "").format(
+        boot=boot)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         env={**os.environ, "ARROW_DEFAULT_MEMORY_POOL": "system"}).stdout.split()
+    return int(out[0]) / 1024, out[1] == "True"
+
+
+def compare_memory(rev: str, tree: Path, runs: int = 3) -> None:
+    print(f"resident memory (VmRSS MB), {rev} vs this tree (median of {runs} alternating runs)")
+    print(f"{'':<58} {rev:>9} {'now':>9} {'pyarrow loaded (' + rev + ' / now)':>26}")
+    for what in ("", "numpy", "pyarrow", "ccswitch.daemon.main"):
+        res = {w: [import_rss(what, t) for _ in range(runs)] for w, t in (("old", tree), ("new", None))}
+        med = {w: statistics.median(r[0] for r in v) for w, v in res.items()}
+        loaded = " / ".join("yes" if v[0][1] else "no" for v in res.values())
+        label = "fresh python, import " + (what or "(nothing)")
+        print(f"{label:<58} {med['old']:>9.1f} {med['new']:>9.1f} {loaded:>26}")
+    for policy, flows, secs in (("observe", 10, 5.0), ("dqn", 100, 10.0)):
+        rss: dict[str, list[float]] = {"old": [], "new": []}
+        for _ in range(runs):
+            for who, t in (("old", tree), ("new", None)):
+                rss[who].append(daemon_run(policy, flows, secs, settle=0.0, tree=t)["rss_mb"])
+        print(f"{f'ccswitchd {policy}, {flows} flows, after {secs:g} s':<58} {statistics.median(rss['old']):>9.1f} "
+              f"{statistics.median(rss['new']):>9.1f}")
 
 
 def kernel_sample_ms(n: int, reps: int = 10) -> float:
@@ -210,9 +269,9 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def daemon_run(policy: str, flows: int, seconds: float, settle: float = 2.0, every_tick: bool = False
-               ) -> dict[str, float]:
-    """A real ccswitchd in a private namespace with `flows` idle loopback connections."""
+def daemon_run(policy: str, flows: int, seconds: float, settle: float = 2.0, every_tick: bool = False,
+               tree: Path | None = None) -> dict[str, float]:
+    """A real ccswitchd in a private namespace with `flows` idle loopback connections (of *tree*: --compare)."""
     ns = f"ccs-{secrets.token_hex(3)}-dtick"
     tmp = Path(tempfile.mkdtemp(prefix="ccswitch-dtick-"))
     (tmp / "c.toml").write_text(f'[policy]\nkind = "{policy}"\n[flows]\nmin_age_s = 0.0\n'
@@ -221,9 +280,10 @@ def daemon_run(policy: str, flows: int, seconds: float, settle: float = 2.0, eve
     try:
         subprocess.run(nsenter_argv(ns, ["ip", "link", "set", "lo", "up"]), check=True)
         with entered(ns), socket_pairs(flows):
-            d = subprocess.Popen(nsenter_argv(ns, [sys.executable, "-m", "ccswitch.daemon.main", "--config",
-                                                   str(tmp / "c.toml"), "--socket", str(tmp / "s.sock")]),
-                                 stderr=subprocess.DEVNULL)
+            run = [sys.executable, "-c", _BOOT, str(tree), "ccswitch.daemon.main"] if tree else [
+                sys.executable, "-m", "ccswitch.daemon.main"]
+            d = subprocess.Popen(nsenter_argv(ns, [*run, "--config", str(tmp / "c.toml"), "--socket",
+                                                   str(tmp / "s.sock")]), stderr=subprocess.DEVNULL)
             try:
                 while not (tmp / "s.sock").exists():
                     time.sleep(0.1)
@@ -247,6 +307,7 @@ def main() -> None:
     ap.add_argument("--cpu-seconds", type=float, default=20.0)
     ap.add_argument("--settle", type=float, default=10.0, help="seconds before the CPU window starts")
     ap.add_argument("--compare", metavar="REV", help="before/after: the controller of git revision REV vs this tree")
+    ap.add_argument("--only", choices=("ticks", "memory"), help="with --compare: only this part")
     ap.add_argument("--tree", help=argparse.SUPPRESS)
     ap.add_argument("--one", nargs=3, metavar=("N", "NOISE", "TICKS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -255,7 +316,7 @@ def main() -> None:
         print(json.dumps(tick_cost(int(n), int(ticks), float(noise))))
         return
     if a.compare:
-        compare(a.compare, a.ticks)
+        compare(a.compare, a.ticks, a.only)
         return
     print("tick cost (decision every tick; daemon part on synthetic rows | one kernel sampling pass on real sockets)")
     print("(ms: wall time; cpu: the thread's CPU time, which load on the machine inflates less)")

@@ -14,8 +14,7 @@ import os
 import signal
 from collections.abc import Sequence
 from types import FrameType
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from ccswitch.bpf.monitor import Monitor
 from ccswitch.bpf.pcc import PccHandle, ensure_pcc
@@ -30,6 +29,11 @@ from ccswitch.host import (
     require_root,
 )
 from ccswitch.sampler import Sampler
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ccswitch.frame import FlowFrame
 
 _handler_pid = 0
 
@@ -96,9 +100,14 @@ class DataPlane:
             raise
 
     def sample(self) -> pa.Table:
+        """One FlowSample row per socket since the last read, as a pyarrow.Table."""
+        return self.sample_frame().to_arrow()
+
+    def sample_frame(self) -> FlowFrame:
+        """As :meth:`sample`, as numpy columns (ccswitchd: no pyarrow on its path)."""
         if not self.monitor:
             raise RuntimeError("this DataPlane was opened without the monitor")
-        return self.sampler.tick()
+        return self.sampler.tick_frame()
 
     def switch(self, flow: int, cca: str, inherit: str = "limited") -> SwitchResult:
         """Switch one live flow (socket cookie) to `cca`."""

@@ -7,6 +7,9 @@ counters at its establishment time; a flow that was already running when it
 first appeared (e.g. before the monitor started) only primes it.  A flow that
 vanished has closed.  Everything is vectorised over flows with numpy, so one tick over
 10,000 sockets stays in the low milliseconds (bench/sampling_cost.py).
+A tick is a FlowFrame (numpy columns: what ccswitchd decides on, without
+pyarrow) from :meth:`Sampler.tick_frame`, or a pyarrow.Table from
+:meth:`Sampler.tick` (the CLI, datasets, the testbed).
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 
-from ccswitch.schema import FLOW_SAMPLE_SCHEMA
+from ccswitch.frame import FlowFrame, Strings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 MIN_INTERVAL_S = 0.1
 # Per delivered segment on the wire: IPv4 (20) or IPv6 (40) + TCP (20) + the
@@ -42,25 +48,6 @@ def _take(records: np.ndarray, index: np.ndarray) -> np.ndarray:
     # dtype with sub-arrays is ~10x slower than a plain row copy
     rows = records.view(np.dtype((np.void, records.dtype.itemsize)))
     return rows[index].view(records.dtype)
-
-
-def expand_strings(names: list[str], index: np.ndarray) -> pa.Array:
-    """names[index] as a string array, gathered from the names' bytes with numpy.
-
-    (A DictionaryArray.cast(pa.string()) does the same but loads pyarrow.compute and Arrow's
-    kernel registry on first use: ~13 MB resident in ccswitchd, which needs nothing else from them.)
-    """
-    enc = [n.encode() for n in names]
-    lens = np.array([len(b) for b in enc], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64) if len(enc) else lens
-    blob = np.frombuffer(b"".join(enc) or b"\0", dtype=np.uint8)
-    idx = np.asarray(index, dtype=np.intp).ravel()
-    row_lens = lens[idx] if len(idx) else np.empty(0, dtype=np.int64)
-    offsets = np.zeros(len(idx) + 1, dtype=np.int64)
-    np.cumsum(row_lens, out=offsets[1:])
-    pos = np.repeat(starts[idx] - offsets[:-1], row_lens) + np.arange(offsets[-1])
-    return pa.StringArray.from_buffers(len(idx), pa.py_buffer(offsets.astype(np.int32)),
-                                       pa.py_buffer(blob[pos].tobytes()))
 
 
 def _birth_records(new: np.ndarray) -> np.ndarray:
@@ -97,12 +84,16 @@ class Sampler:
         self.tick()
 
     def tick(self) -> pa.Table:
-        """Read the kernel once; return one sample per flow with a known interval start."""
+        """Read the kernel once; return one sample per flow with a known interval start (FLOW_SAMPLE_SCHEMA)."""
+        return self.tick_frame().to_arrow()
+
+    def tick_frame(self) -> FlowFrame:
+        """As :meth:`tick`, as numpy columns."""
         raw = self._snapshot()
         cur = _take(raw, np.argsort(raw["cookie"]))
         prev, self._prev = self._prev, cur
         if prev is None or len(cur) == 0:
-            return FLOW_SAMPLE_SCHEMA.empty_table()
+            return FlowFrame.empty()
         if len(prev):
             idx = np.searchsorted(prev["cookie"], cur["cookie"])
             idx[idx >= len(prev)] = 0
@@ -121,17 +112,17 @@ class Sampler:
         return self._build(c, p, dt)
 
     @staticmethod
-    def _addresses(c: np.ndarray, field: str) -> pa.Array:
+    def _addresses(c: np.ndarray, field: str) -> Strings:
         # few distinct addresses: format each once, expand with numpy
         keys = np.ascontiguousarray(c[field]).view(np.dtype((np.void, 16))).ravel()
         _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        return expand_strings([_fmt_addr(int(c["family"][i]), c[field][i]) for i in first], inverse)
+        return inverse.astype(np.int64).ravel(), [_fmt_addr(int(c["family"][i]), c[field][i]) for i in first]
 
     @staticmethod
-    def _cca_names(c: np.ndarray) -> pa.Array:
+    def _cca_names(c: np.ndarray) -> Strings:
         # a handful of distinct names: decode each once, expand with numpy
         uniq, inverse = np.unique(c["cca"], return_inverse=True)
-        return expand_strings([u.decode() for u in uniq.tolist()], inverse)
+        return inverse.astype(np.int64).ravel(), [u.decode() for u in uniq.tolist()]
 
     @staticmethod
     def _ecn_modes(c: np.ndarray) -> np.ndarray:
@@ -140,7 +131,7 @@ class Sampler:
         rfc, acc = (flags & ECN_MODE_RFC3168) != 0, (flags & ECN_MODE_ACCECN) != 0
         return np.where(acc, np.where(rfc, 3, 2), np.where(rfc, 1, 0)).astype(np.uint8)
 
-    def _build(self, c: np.ndarray, p: np.ndarray, dt: np.ndarray) -> pa.Table:
+    def _build(self, c: np.ndarray, p: np.ndarray, dt: np.ndarray) -> FlowFrame:
         acked = _delta(c, p, "bytes_acked")
         delivered = _delta_u32(c, p, "delivered")
         hdr = np.where(c["family"] == 10, HEADER_BYTES[10], HEADER_BYTES[2])
@@ -199,7 +190,7 @@ class Sampler:
             "ce_fraction": np.clip(ce_fraction, 0.0, 1.0),
             "received_ce_segs": _delta_u32(c, p, "received_ce").astype(np.uint32),
         }
-        return pa.Table.from_pydict(cols, schema=FLOW_SAMPLE_SCHEMA)
+        return FlowFrame(cols)
 
 
 def check_interval(interval_s: float) -> float:

@@ -2,8 +2,9 @@
 
 Every tick (daemon.tick_s):
 
-1. read the monitor (DataPlane.sample: one FlowSample row per socket of
-   this namespace) and append it to --record;
+1. read the monitor (DataPlane.sample_frame: one FlowSample row per socket
+   of this namespace, as a FlowFrame of numpy columns, ccswitch/frame.py; no
+   pyarrow on the decision path) and append it to --record;
 2. pick the managed flows: ESTABLISHED or CLOSE_WAIT, admitted by the flow
    filters (selection.py), and at least flows.min_age_s old;
 3. add the tick to the aggregator; when the decision interval is due
@@ -41,19 +42,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-import pyarrow as pa
 
 from ccswitch.bpf.switcher import SwitchResult
 from ccswitch.daemon.aggregate import Aggregator
 from ccswitch.daemon.config import Config
 from ccswitch.daemon.explore import ExploreConfig, Explorer, Proposal
-from ccswitch.daemon.flowindex import FlowIndex, string_codes
+from ccswitch.daemon.flowindex import FlowIndex
 from ccswitch.daemon.guard import Guard, GuardConfig, Verdict
 from ccswitch.daemon.policies import Decider, HeuristicDecider, ObserveDecider
 from ccswitch.daemon.recorder import Recorder
 from ccswitch.daemon.selection import FlowSelector
 from ccswitch.daemon.unfairness import Fairness, fairness, rewards
 from ccswitch.envs.reward import RewardConfig
+from ccswitch.frame import FlowFrame, as_frame
 from ccswitch.host import available_ccas
 
 log = logging.getLogger("ccswitchd")
@@ -61,7 +62,10 @@ MANAGED_STATES = (1, 8)  # TCP_ESTABLISHED, TCP_CLOSE_WAIT (still sending)
 
 
 class DataPlaneLike(Protocol):
-    def sample(self) -> pa.Table: ...
+    """DataPlane, or a stand-in.  The controller reads sample_frame() when the plane has it (DataPlane),
+    else sample(), whose pyarrow.Table it converts (test fakes)."""
+
+    def sample(self) -> Any: ...
 
     def switch_many(self, requests: list[tuple[int, str, str]]) -> list[SwitchResult]: ...
 
@@ -125,7 +129,7 @@ class Controller:
         self._refusing: dict[str, str] = {}  # CCA -> the kernel's last refusal, until a switch to it works
         self._allowed_seen: tuple[str, ...] | None = None  # the policy's choices at the last decision
         self.started = clock()
-        self.last_table: pa.Table | None = None
+        self.last_table: FlowFrame | None = None  # the last monitor read
         self.last_decision: dict[int, dict[str, Any]] = {}
         self._flows = FlowIndex()  # managed-candidate flows -> slots of the arrays below
         self._first = np.zeros(64)  # first seen (guard clock)
@@ -195,7 +199,8 @@ class Controller:
             self.stats.idle += 1  # nothing to read: the decision's read covers the whole interval
             return
         t0 = time.perf_counter()
-        table = self.dp.sample()
+        read = getattr(self.dp, "sample_frame", None)
+        table = read() if read is not None else as_frame(self.dp.sample())
         sample_ms = (time.perf_counter() - t0) * 1e3
         self.recorder.samples(table)
         self.last_table = table
@@ -214,7 +219,7 @@ class Controller:
         if self.metrics is not None:
             self.metrics.tick(self, ms)
 
-    def _decide(self, agg: pa.Table) -> list[tuple[int, str, str, Verdict, dict[str, Any]]]:
+    def _decide(self, agg: FlowFrame) -> list[tuple[int, str, str, Verdict, dict[str, Any]]]:
         """One decision over the interval's aggregate *agg*; returns the switches and reverts to apply.
 
         Per-flow numbers (first seen, running reward) live in arrays indexed through a
@@ -223,7 +228,7 @@ class Controller:
         """
         now = self.clock()
         n = agg.num_rows
-        ids = agg.column("flow_id").to_numpy()
+        ids = agg.column("flow_id")
         alive = set(ids.tolist())
         gone = self.guard.forget(alive)
         for f in gone:
@@ -247,9 +252,9 @@ class Controller:
         fair = fairness(agg, self.cfg.unfairness["group_by"])
         self.last_fair = fair
         rew = rewards(self.reward_cfg, agg, fair)
-        state = agg.column("state").to_numpy()
+        state = agg.column("state")
         mask = np.isin(state, MANAGED_STATES) & self.selector.select(agg)
-        codes, names = string_codes(agg.column("cca"))
+        codes, names = agg.codes("cca")
         ccas = _Ccas(codes, names)
         rows = np.flatnonzero(mask)
         out: list[tuple[int, str, str, Verdict, dict[str, Any]]] = []
@@ -503,9 +508,9 @@ class Controller:
         t = self.last_table
         if t is None or not t.num_rows:
             return None
-        ids = t.column("flow_id").to_numpy()
+        ids = t.column("flow_id")
         hit = np.flatnonzero(ids == np.uint64(flow))
-        return t.slice(int(hit[0]), 1).to_pylist()[0] if len(hit) else None
+        return t.row(int(hit[0])) if len(hit) else None
 
     # --------------------------------------------------------------- stop
     def stop_actions(self, pcc_fallback: str, own_pcc: bool) -> list[dict[str, Any]]:
@@ -515,7 +520,7 @@ class Controller:
             return []
         host = set(self.available())
         reqs: dict[int, tuple[str, str]] = {}
-        ccas = dict(zip(t.column("flow_id").to_pylist(), t.column("cca").to_pylist(), strict=True))
+        ccas = dict(zip(t.column("flow_id").tolist(), t.column("cca").tolist(), strict=True))
         if self.cfg.stop["restore"]:
             for fid, fg in self.guard.flows.items():
                 cur = ccas.get(fid)
@@ -570,11 +575,8 @@ class Controller:
 
     # ----------------------------------------------------------- queries
     def status(self) -> dict[str, Any]:
-        counts: dict[str, int] = {}
         t = self.last_table
-        if t is not None and t.num_rows:
-            for c in t.column("cca").to_pylist():
-                counts[c] = counts.get(c, 0) + 1
+        counts = t.value_counts("cca") if t is not None else {}
         return {"pid": os.getpid(), "uptime_s": self.clock() - self.started, "policy": _short(self.decider.describe()),
                 "observe_only": self.observe_only, "tick_s": self.tick_s,
                 "decision_interval_s": self.decision_interval_s, "inherit": self.inherit,
@@ -591,7 +593,7 @@ class Controller:
         fair = {}
         if t.num_rows:
             f = fairness(t, self.cfg.unfairness["group_by"])
-            fair = dict(zip(t.column("flow_id").to_pylist(), f.thratio.tolist(), strict=True))
+            fair = dict(zip(t.column("flow_id").tolist(), f.thratio.tolist(), strict=True))
         for r in t.to_pylist():
             fid = r["flow_id"]
             q = self.last_q(fid)

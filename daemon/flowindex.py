@@ -8,20 +8,21 @@ whole column with one ``np.searchsorted``; only flows seen for the first time
 take a Python step (a slot from the free list).  Freed slots are reused, so
 the arrays stay as large as the peak number of flows.
 
-:func:`string_codes` turns a string column (CCA names, remote addresses) into
-integer codes and the list of distinct values without Arrow compute kernels:
-their first use loads pyarrow.compute and Arrow's function registry (~10 MB
-resident, half a second), which the daemon otherwise does not need.  The
-strings are read from the column's offset and data buffers into a fixed-width
-byte matrix, and ``np.unique`` over its rows gives the codes.
+:func:`string_codes` turns a pyarrow string column into integer codes and the
+list of distinct values without Arrow compute kernels (for Arrow tables; the
+daemon's FlowFrames keep string columns as codes already, FlowFrame.codes).
 """
 
 from __future__ import annotations
 
-import numpy as np
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
-from ccswitch.sampler import expand_strings
+import numpy as np
+
+from ccswitch.frame import arrow_string_codes
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class FlowIndex:
@@ -81,69 +82,11 @@ class FlowIndex:
         return freed
 
 
-_MEMO: list[tuple[pa.Array, tuple[np.ndarray, list[str]]]] = []
-MEMO_SIZE = 4  # a decision reads the CCA column in the controller and the decider, and the remote addresses
-
-
 def string_codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    """(codes, values): values[codes[i]] == col[i] (nulls read as ""), values sorted, no Arrow compute.
+    """(codes, values) of a pyarrow string column: values[codes[i]] == col[i] (nulls read as ""), values
+    sorted, no Arrow compute (ccswitch.frame.arrow_string_codes).  The daemon itself reads string
+    columns of FlowFrames (FlowFrame.codes); this is for Arrow tables (tests, tools)."""
+    import pyarrow as pa
 
-    The last MEMO_SIZE results are kept with their arrays (so their buffers stay alive and an
-    address can only match the same buffer): the same column asked for again costs nothing.
-    """
-    if isinstance(col, pa.ChunkedArray) and col.num_chunks == 1:
-        col = col.chunk(0)
-    if isinstance(col, pa.Array):
-        for arr_, res in _MEMO:
-            if arr_ is col or (arr_.type == col.type and len(arr_) == len(col) and arr_.offset == col.offset
-                               and [b.address if b else 0 for b in arr_.buffers()]
-                               == [b.address if b else 0 for b in col.buffers()]):
-                return res
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    res = _string_codes(arr)
-    _MEMO.insert(0, (arr, res))
-    del _MEMO[MEMO_SIZE:]
-    return res
-
-
-def _string_codes(arr: pa.Array) -> tuple[np.ndarray, list[str]]:
-    n = len(arr)
-    if n == 0:
-        return np.empty(0, dtype=np.int64), []
-    if pa.types.is_large_string(arr.type):
-        off_type: type[np.signedinteger] = np.int64
-    elif pa.types.is_string(arr.type):
-        off_type = np.int32
-    else:
-        raise TypeError(f"string_codes: a string column is needed, got {arr.type}")
-    _, off_buf, data_buf = arr.buffers()
-    off = np.frombuffer(off_buf, dtype=off_type, count=n + 1, offset=arr.offset * np.dtype(off_type).itemsize)
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None and data_buf.size else np.zeros(1, np.uint8)
-    lens = np.diff(off).astype(np.int64)
-    width = max(int(lens.max()), 1)
-    col_i = np.arange(width)
-    pos = np.minimum(off[:-1, None].astype(np.int64) + col_i, len(data) - 1)
-    if width <= 8:  # CCA names, IPv4 up to 8 characters: one integer per row
-        width = 8
-        col_i = np.arange(width)
-        pos = np.minimum(off[:-1, None].astype(np.int64) + col_i, len(data) - 1)
-    mat = np.where(col_i < lens[:, None], data[pos], 0).astype(np.uint8)
-    keys = np.ascontiguousarray(mat).view(np.dtype(">u8") if width == 8 else np.dtype((np.void, width))).ravel()
-    _, first, codes = np.unique(keys, return_index=True, return_inverse=True)
-    values = [bytes(data[off[i]:off[i] + lens[i]]).decode() for i in first.tolist()]
-    return codes.astype(np.int64).ravel(), values
-
-
-def take_rows(t: pa.Table, rows: np.ndarray) -> pa.Table:
-    """t.take(rows) without Arrow compute (numpy per column; a column with nulls falls back to Arrow)."""
-    cols = []
-    for name, field in zip(t.column_names, t.schema, strict=True):
-        col = t.column(name)
-        if col.null_count:
-            cols.append(col.take(pa.array(rows)))
-        elif pa.types.is_string(field.type):
-            codes, values = string_codes(col)
-            cols.append(expand_strings(values, codes[rows]))
-        else:
-            cols.append(pa.array(col.to_numpy()[rows], field.type))
-    return pa.Table.from_arrays(cols, schema=t.schema)
+    return arrow_string_codes(arr)

@@ -28,8 +28,9 @@ import os
 # spinning on a busy 2-core host made it 100x slower.  Must be set before numpy loads.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
-# Arrow buffers from the system allocator from the start: pyarrow's default (mimalloc) reserves
-# its arenas at the first allocation, 4 MB resident even after set_memory_pool() switches away.
+# pyarrow is loaded only with --record (the decision path is numpy, ccswitch/frame.py).  Its buffers
+# then come from the system allocator: pyarrow's default (mimalloc) reserves arenas at the first
+# allocation (4 MB) and keeps freed ones (resident memory crept up ~15 MB under socket churn).
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 import argparse  # noqa: E402
@@ -103,7 +104,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"ccswitchd: config {src} is valid; policy: {decider.kind}{extra}")
         return
     setup_logs(cfg.log["format"], cfg.log["level"])
-    _lean_memory()
     if warning:
         log.warning("policy fallback", extra={"fields": {"detail": warning}})
     try:
@@ -112,6 +112,21 @@ def main(argv: list[str] | None = None) -> None:
         # HostError, BpfError, ServerError are RuntimeErrors: one line, exit 1
         log.debug("start-up failed", exc_info=True)
         _fail(str(e).replace("\n", " "))
+
+
+def trim_heap() -> None:
+    """Give the C heap's free memory back to the kernel (glibc malloc_trim; elsewhere nothing).
+
+    Loading the BPF objects (libbpf parses their ELF files and the kernel's BTF) leaves ~12 MB of
+    freed heap that glibc keeps resident because live allocations sit above it; start-up is the
+    daemon's only such peak (and a re-registration of PCC, which loads pcc.bpf.o again), so one trim
+    after it keeps the resident memory at what the daemon uses.
+    """
+    import contextlib
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: not glibc
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 def read_group_gid(name: str) -> int | None:
@@ -125,14 +140,6 @@ def read_group_gid(name: str) -> int | None:
     except KeyError:
         raise ValueError(f"daemon.read_group: no group {name!r} on this host; create it (groupadd {name}) "
                          "or set read_group = \"\"") from None
-
-
-def _lean_memory() -> None:
-    """Arrow buffers from the system allocator: jemalloc/mimalloc keep freed arenas, which made the
-    resident memory of a long-running daemon creep up by ~15 MB under socket churn."""
-    import pyarrow as pa
-
-    pa.set_memory_pool(pa.system_memory_pool())
 
 
 class Daemon:
@@ -181,7 +188,7 @@ class Daemon:
             self.dp = dp
             self._warn_unseeded_pcc()
             self._rehome_orphaned_pcc(dp, rec)
-            dp.sample()  # baseline counters: the first tick covers one full interval
+            dp.sample_frame()  # baseline counters: the first tick covers one full interval
             ctl = self.ctl = Controller(self.cfg, self.decider, dp, recorder=rec, state_path=self.state_path)
             if self.cfg.metrics["listen"]:
                 from ccswitch.daemon.metrics import Metrics
@@ -189,6 +196,7 @@ class Daemon:
                 metrics = ctl.metrics = Metrics(self.cfg.metrics["listen"])
             server = ControlServer(self.socket_path, self.handle, read_gid=self.read_gid)
             server.open()
+            trim_heap()
             try:
                 log.info("started", extra={"fields": {
                     "pid": os.getpid(), "policy": self.decider.kind, "tick_s": ctl.tick_s,
@@ -264,6 +272,7 @@ class Daemon:
                               "struct_ops link was detached from outside); this daemon registered it again",
                     "source": self.dp.pcc.source if self.dp.pcc else ""}})
                 self._warn_unseeded_pcc()  # lost the race to a daemon whose seed map it cannot see
+                trim_heap()  # loading pcc.bpf.o again: the start-up's libbpf garbage again
         except (OSError, RuntimeError) as e:
             log.error("pcc re-registration failed", extra={"fields": {"error": str(e)}})
 
@@ -334,6 +343,7 @@ class Daemon:
             log.warning("policy fallback", extra={"fields": {"detail": warning}})
         self.cfg, self.decider = cfg, decider
         ctl.configure(cfg, decider)
+        trim_heap()
         log.info("reloaded", extra={"fields": {"policy": decider.kind, "tick_s": ctl.tick_s,
                                                "config": str(cfg.path or "defaults")}})
         self.notifier.ready(f"policy {decider.kind}, tick {ctl.tick_s:g} s (reloaded)")

@@ -63,13 +63,7 @@ class Metrics:
         self.managed.set(st.managed)
         t = ctl.last_table
         if t is not None:
-            counts: dict[str, int] = {}
-            for c in t.column("cca").unique().to_pylist():
-                counts[c] = 0
-            if t.num_rows:
-                vc = t.column("cca").value_counts()
-                for item in vc.to_pylist():
-                    counts[item["values"]] = item["counts"]
+            counts = t.value_counts("cca")
             for c in self._ccas - set(counts):
                 self.flows.labels(c).set(0)
             for c, n in counts.items():

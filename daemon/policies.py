@@ -17,7 +17,8 @@
 * ``static``    Score 1 for policy.static_cca, 0 for the others.
 * ``observe``   Decides with policy.observe_with; the controller never switches.
 
-Every decider only scores the CCAs it is given as allowed (policy actions ∩
+Every decider takes the interval's FlowFrame (ccswitch/frame.py; a pyarrow.Table
+is converted) and only scores the CCAs it is given as allowed (policy actions ∩
 flows.ccas ∩ the host's tcp_available_congestion_control); others are NaN.
 """
 
@@ -27,16 +28,19 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
-from ccswitch.daemon.flowindex import FlowIndex, string_codes
+from ccswitch.daemon.flowindex import FlowIndex
 from ccswitch.daemon.observations import LiveObservations
 from ccswitch.envs.features import ACTIONS, BASE_COLUMNS, feature_names, is_active
 from ccswitch.envs.reward import EVAL_WEIGHTS
+from ccswitch.frame import FlowFrame, as_frame
 from ccswitch.models.policy import DEFAULT_POLICY, Policy, PolicyError, load_policy
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("ccswitchd")
 
@@ -55,7 +59,7 @@ class Decider:
     interval_s = 1.0  # default decision interval
     explores = False  # unscored CCAs (NaN) are measured by trying them (explore.py)
 
-    def scores(self, table: pa.Table, group: np.ndarray, now: float) -> Scores:
+    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float) -> Scores:
         raise NotImplementedError
 
     def describe(self) -> dict[str, Any]:
@@ -79,10 +83,11 @@ class DqnDecider(Decider):
         self.builder = LiveObservations(self.policy.normalisation, window=self.policy.window,
                                         actions=self.policy.actions)
 
-    def scores(self, table: pa.Table, group: np.ndarray, now: float) -> Scores:
-        cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in (*BASE_COLUMNS, "flow_id", "sndq_bytes")}
+    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float) -> Scores:
+        table = as_frame(table)
+        cols = {c: table.column(c) for c in (*BASE_COLUMNS, "flow_id", "sndq_bytes")}
         cols["netns_cookie"] = group
-        ids, obs = self.builder.update(cols, *string_codes(table.column("cca")))
+        ids, obs = self.builder.update(cols, *table.codes("cca"))
         return Scores(ids, self.policy.q_values(obs).astype(np.float64), obs)
 
     def describe(self) -> dict[str, Any]:
@@ -120,16 +125,17 @@ class HeuristicDecider(Decider):
         if len(self._index) > 2 * max(len(alive), 32):  # drop the memories of closed flows
             self._index.retain(np.fromiter(alive, np.uint64, len(alive)))
 
-    def scores(self, table: pa.Table, group: np.ndarray, now: float) -> Scores:
+    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float) -> Scores:
+        table = as_frame(table)
         n, a = table.num_rows, len(self.actions)
-        ids = table.column("flow_id").to_numpy()
+        ids = table.column("flow_id")
         slots = self._slots(ids)
-        codes, values = string_codes(table.column("cca"))
+        codes, values = table.codes("cca")
         lut = np.array([self.actions.index(v) if v in self.actions else -1 for v in values] or [-1], dtype=np.int64)
         cca = lut[codes] if n else np.empty(0, dtype=np.int64)
-        thr = np.nan_to_num(table.column("throughput_bps").to_numpy(), nan=0.0) / 1e6
-        rtt = table.column("rtt_us").to_numpy() / 1e3
-        loss = np.nan_to_num(table.column("loss_rate").to_numpy(), nan=0.0)
+        thr = np.nan_to_num(table.column("throughput_bps"), nan=0.0) / 1e6
+        rtt = table.column("rtt_us") / 1e3
+        loss = np.nan_to_num(table.column("loss_rate"), nan=0.0)
         known = cca >= 0
         self._mem[slots[known], cca[known]] = np.stack([thr, rtt, loss, np.full(n, now)], axis=1)[known]
         mem = self._mem[slots].copy()  # [N, A, 4]
@@ -137,7 +143,7 @@ class HeuristicDecider(Decider):
         mem[stale] = np.nan
         # path-level fallback: the mean over active flows of the same group running each CCA now (an
         # idle connection, e.g. iperf3's control connection, says nothing about what its CCA achieves)
-        active = is_active(table.column("throughput_bps").to_numpy(), table.column("sndq_bytes").to_numpy())
+        active = is_active(table.column("throughput_bps"), table.column("sndq_bytes"))
         for j in range(a):
             on = known & (cca == j) & active
             if not on.any():
@@ -182,10 +188,11 @@ class StaticDecider(Decider):
         self.cca = cca
         self.actions = tuple(dict.fromkeys([*actions, cca]))
 
-    def scores(self, table: pa.Table, group: np.ndarray, now: float) -> Scores:
+    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float) -> Scores:
+        table = as_frame(table)
         v = np.zeros((table.num_rows, len(self.actions)))
         v[:, self.actions.index(self.cca)] = 1.0
-        return Scores(table.column("flow_id").to_numpy(), v)
+        return Scores(table.column("flow_id"), v)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "actions": list(self.actions), "cca": self.cca}
@@ -199,7 +206,7 @@ class ObserveDecider(Decider):
         self.actions = inner.actions
         self.interval_s = inner.interval_s
 
-    def scores(self, table: pa.Table, group: np.ndarray, now: float) -> Scores:
+    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float) -> Scores:
         return self.inner.scores(table, group, now)
 
     def reset(self) -> None:

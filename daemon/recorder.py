@@ -2,7 +2,8 @@
 
 * ``--record FILE.parquet``: every tick's FlowSample rows (ccswitch/schema.py,
   unchanged: any FlowSample reader takes the file), one Parquet row group per
-  non-empty tick, written with pyarrow's ParquetWriter.  The footer is
+  non-empty tick, written with pyarrow's ParquetWriter (the tick's FlowFrame
+  converted with to_arrow(); pyarrow is imported only when recording).  The footer is
   written on close, which SIGTERM reaches (the daemon unwinds through its
   ``with`` blocks); after a SIGKILL the file has no footer and is not
   readable, which is why the testbed stops daemons with SIGTERM.
@@ -34,11 +35,13 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import pyarrow as pa
+from ccswitch.frame import FlowFrame
+from ccswitch.schema import flow_sample_schema
 
-from ccswitch.schema import FLOW_SAMPLE_SCHEMA
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("ccswitchd")
 RETRY_S = 5.0  # after a failed write, how often writing is tried again
@@ -50,7 +53,7 @@ class RecordError(ValueError):
 
 class Recorder:
     def __init__(self, record: str | Path | None = None, decisions: str | Path | None = None):
-        self._writer: Any = None  # pyarrow.parquet.ParquetWriter, imported only when recording (~9 MB)
+        self._writer: Any = None  # pyarrow.parquet.ParquetWriter, imported only when recording (~50 MB)
         self._dec: IO[str] | None = None
         self.rows = 0
         self.decisions = 0
@@ -67,7 +70,7 @@ class Recorder:
                 self.record_path.parent.mkdir(parents=True, exist_ok=True)
                 import pyarrow.parquet as pq
 
-                self._writer = pq.ParquetWriter(str(self.record_path), FLOW_SAMPLE_SCHEMA, compression="zstd")
+                self._writer = pq.ParquetWriter(str(self.record_path), flow_sample_schema(), compression="zstd")
             if self.decisions_path:
                 self.decisions_path.parent.mkdir(parents=True, exist_ok=True)
                 self._dec = self.decisions_path.open("a", buffering=1 << 16)
@@ -83,14 +86,14 @@ class Recorder:
         """--record is on (the controller then reads the monitor on every tick)."""
         return self.record_path is not None
 
-    def samples(self, table: pa.Table) -> None:
+    def samples(self, table: FlowFrame | pa.Table) -> None:
         if self.record_path is None or not table.num_rows:
             return
         if "record" in self.paused and not self._resume_record():
             self.dropped["record"] += table.num_rows
             return
         try:
-            self._writer.write_table(table)
+            self._writer.write_table(table.to_arrow() if isinstance(table, FlowFrame) else table)
             self.rows += table.num_rows
         except OSError as e:
             self._pause("record", self.record_path, e)
@@ -145,7 +148,7 @@ class Recorder:
         try:
             import pyarrow.parquet as pq
 
-            self._writer = pq.ParquetWriter(str(path), FLOW_SAMPLE_SCHEMA, compression="zstd")
+            self._writer = pq.ParquetWriter(str(path), flow_sample_schema(), compression="zstd")
         except OSError:
             self.paused["record"] = time.monotonic() + RETRY_S
             return False

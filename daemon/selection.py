@@ -32,13 +32,15 @@ import struct
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
-from ccswitch.daemon.flowindex import string_codes
+from ccswitch.frame import FlowFrame, as_frame
 from ccswitch.host import cgroup2_root
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 RESOLVE_EVERY_S = 10.0
 
@@ -150,9 +152,10 @@ class FlowSelector:
             self._dst_ok[dst] = ok
         return ok
 
-    def comm_of(self, table: pa.Table, rows: np.ndarray) -> dict[int, str | None]:
+    def comm_of(self, table: FlowFrame | pa.Table, rows: np.ndarray) -> dict[int, str | None]:
         """Resolve the owning process name of *rows* (indices into *table*) not classified yet."""
-        ids = table.column("flow_id").to_numpy()
+        table = as_frame(table)
+        ids = table.column("flow_id")
         todo = [int(i) for i in rows if int(ids[i]) not in self._comm_of]
         if todo:
             inodes = _proc_net_inodes()
@@ -160,7 +163,7 @@ class FlowSelector:
             src, sport = table.column("src"), table.column("sport")
             dst, dport = table.column("dst"), table.column("dport")
             for i in todo:
-                key = (src[i].as_py(), sport[i].as_py(), dst[i].as_py(), dport[i].as_py())
+                key = (str(src[i]), int(sport[i]), str(dst[i]), int(dport[i]))
                 ino = inodes.get(key)
                 self._comm_of[int(ids[i])] = owners.get(ino) if ino else None
         return self._comm_of
@@ -169,27 +172,28 @@ class FlowSelector:
         for fid in [f for f in self._comm_of if f not in alive]:
             del self._comm_of[fid]
 
-    def select(self, table: pa.Table) -> np.ndarray:
+    def select(self, table: FlowFrame | pa.Table) -> np.ndarray:
         """Boolean mask over *table*'s rows: the flows the filters admit."""
+        table = as_frame(table)
         n = table.num_rows
         mask = np.ones(n, dtype=bool)
         if not n:
             return mask
         if self.cfg["cgroups"]:
             cg = self._cgroup_set()
-            mask &= np.isin(table.column("cgroup_id").to_numpy(), np.fromiter(cg, np.uint64, len(cg)))
+            mask &= np.isin(table.column("cgroup_id"), np.fromiter(cg, np.uint64, len(cg)))
         if len(self._ports):
-            mask &= np.isin(table.column("dport").to_numpy(), self._ports)
+            mask &= np.isin(table.column("dport"), self._ports)
         if len(self._lports):
-            mask &= np.isin(table.column("sport").to_numpy(), self._lports)
+            mask &= np.isin(table.column("sport"), self._lports)
         if self._nets:
-            codes, values = string_codes(table.column("dst"))
+            codes, values = table.codes("dst")
             ok = np.array([self._dst_match(d) for d in values], dtype=bool)
             mask &= ok[codes] if len(ok) else False
         if self._comms:
             rows = np.flatnonzero(mask)
             comm = self.comm_of(table, rows)
-            ids = table.column("flow_id").to_numpy()
+            ids = table.column("flow_id")
             for i in rows:
                 if comm.get(int(ids[i])) not in self._comms:
                     mask[i] = False

@@ -22,13 +22,16 @@ checks it against the scalar definition.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 
-from ccswitch.daemon.flowindex import string_codes
 from ccswitch.envs.features import is_active
 from ccswitch.envs.reward import RewardConfig
+from ccswitch.frame import FlowFrame, as_frame
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass
@@ -51,15 +54,16 @@ class Fairness:
         return out
 
 
-def fairness(table: pa.Table, group_by: str = "dst") -> Fairness:
+def fairness(table: FlowFrame | pa.Table, group_by: str = "dst") -> Fairness:
+    table = as_frame(table)
     n = table.num_rows
-    thr = np.maximum(np.nan_to_num(table.column("throughput_bps").to_numpy(), nan=0.0), 0.0)
-    active = is_active(thr, table.column("sndq_bytes").to_numpy())
+    thr = np.maximum(np.nan_to_num(table.column("throughput_bps"), nan=0.0), 0.0)
+    active = is_active(thr, table.column("sndq_bytes"))
     if group_by == "host" or n == 0:
         inv = np.zeros(n, dtype=np.int64)
         keys = ["host"]
     else:
-        inv, keys = string_codes(table.column("dst"))
+        inv, keys = table.codes("dst")
     k = len(keys)
     a = active.astype(np.float64)
     n_g = np.bincount(inv, weights=a, minlength=k)
@@ -74,12 +78,13 @@ def fairness(table: pa.Table, group_by: str = "dst") -> Fairness:
     return Fairness(inv, keys, thratio, jain, active)
 
 
-def rewards(cfg: RewardConfig, table: pa.Table, fair: Fairness) -> np.ndarray:
+def rewards(cfg: RewardConfig, table: FlowFrame | pa.Table, fair: Fairness) -> np.ndarray:
     """envs.reward.reward() of every row (switched=False), vectorised."""
-    thr = np.nan_to_num(table.column("throughput_bps").to_numpy(), nan=0.0) / 1e6
-    rtt = table.column("rtt_us").to_numpy() / 1e3
+    table = as_frame(table)
+    thr = np.nan_to_num(table.column("throughput_bps"), nan=0.0) / 1e6
+    rtt = table.column("rtt_us") / 1e3
     rtt = np.where(np.isnan(rtt), cfg.latency_floor_ms, rtt)
-    loss = np.nan_to_num(table.column("loss_rate").to_numpy(), nan=0.0)
+    loss = np.nan_to_num(table.column("loss_rate"), nan=0.0)
     r = (cfg.w_throughput * np.log(np.maximum(thr, cfg.throughput_floor_mbps))
          - cfg.w_latency * np.log(np.maximum(rtt, cfg.latency_floor_ms))
          - cfg.w_loss * np.log(np.maximum(loss, cfg.loss_floor)))

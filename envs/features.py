@@ -230,7 +230,16 @@ class ObservationBuilder:
         self._free.extend(range(2 * old - 1, old - 1, -1))
 
     def update(self, table: object) -> tuple[np.ndarray, np.ndarray]:
-        """One tick from a FlowSample table (pyarrow): ``(flow_ids [N] uint64, obs [N, OBS_DIM] float32)``."""
+        """One tick from a FlowSample table: ``(flow_ids [N] uint64, obs [N, OBS_DIM] float32)``.
+
+        *table*: a ccswitch.frame.FlowFrame (numpy columns, no pyarrow) or a pyarrow.Table."""
+        from ccswitch.frame import FlowFrame
+
+        if isinstance(table, FlowFrame):
+            cols = {c: table.column(c) for c in (*BASE_COLUMNS, "flow_id", "sndq_bytes", "netns_cookie")}
+            codes, values = table.codes("cca")
+            lut = np.array([self._cca_index.get(v, -1) for v in values] or [-1], dtype=np.int64)
+            return self._update(cols, lut[codes] if len(codes) else np.empty(0, dtype=np.int64))
         import pyarrow as pa
         import pyarrow.compute as pc
 
