@@ -146,6 +146,19 @@ KEYS: tuple[Key, ...] = (
         "managed), s.", _gt(0.0)),
     Key("policy", "explore_thratio", 0.5,
         "Heuristic: start a round early when the flow's Thratio on its path is below this (0 = never).", _ge(0.0)),
+    Key("policy", "remote", "",
+        "DQN only: run the policy's forward pass on a policy server (`ccswitch policy serve`, "
+        "docs/remote-control.md), \"HOST:PORT\"; \"\" = locally.  The local policy file stays required: it "
+        "defines the features and answers whenever the server is late, unreachable or wrong (counted in "
+        "`ccswitch status`, logged once per outage).", _listen),
+    Key("policy", "remote_key", "",
+        "With policy.remote: the shared HMAC key file (mode 600, >= 16 bytes), the same as the server's --key."),
+    Key("policy", "remote_deadline_s", 0.05,
+        "With policy.remote: how long a decision waits for the server before the local policy answers, s "
+        "(the tick waits that long at most).", _gt(0.0)),
+    Key("policy", "remote_l4s", False,
+        "With policy.remote: send the requests as L4S (DSCP 40 + ECT(1)) so an L4S bottleneck keeps their "
+        "queueing delay low; false = classic."),
     # -- guard
     Key("guard", "min_dwell_s", 5.0, "No switch of a socket within this time after its last switch, s.", _ge(0.0)),
     Key("guard", "margin", 0.05,
@@ -307,6 +320,8 @@ def parse_config(doc: Mapping[str, Any], path: Path | None = None, text: str = "
                 problems.append(f"{key.dotted}: {msg}")
                 continue
             vals[section][name] = value
+    if vals["policy"]["remote"] and not vals["policy"]["remote_key"]:
+        problems.append("policy.remote_key: must name the shared key file when policy.remote is set")
     if vals["policy"]["kind"] == "static" and not vals["policy"]["static_cca"]:
         problems.append("policy.static_cca: must name an algorithm when policy.kind = \"static\"")
     if problems:

@@ -46,7 +46,7 @@ from typing import Any  # noqa: E402
 from ccswitch.daemon import config as config_mod  # noqa: E402
 from ccswitch.daemon.config import ConfigError, load_config  # noqa: E402
 from ccswitch.daemon.logs import setup as setup_logs  # noqa: E402
-from ccswitch.daemon.policies import build_decider  # noqa: E402
+from ccswitch.daemon.policies import build_decider, close_decider  # noqa: E402
 from ccswitch.daemon.recorder import Recorder, RecordError  # noqa: E402
 from ccswitch.daemon.sdnotify import Notifier  # noqa: E402
 
@@ -213,6 +213,7 @@ class Daemon:
                 except Exception:
                     log.exception("stop actions failed")
                 ctl.save_state()
+                close_decider(self.decider)
                 server.close()
                 if metrics is not None:
                     metrics.close()
@@ -341,6 +342,7 @@ class Daemon:
         setup_logs(cfg.log["format"], cfg.log["level"])
         if warning:
             log.warning("policy fallback", extra={"fields": {"detail": warning}})
+        close_decider(self.decider)
         self.cfg, self.decider = cfg, decider
         ctl.configure(cfg, decider)
         trim_heap()

@@ -92,12 +92,15 @@ class DqnDecider(Decider):
 
     def describe(self) -> dict[str, Any]:
         p = self.policy
-        return {"kind": self.kind, "actions": list(p.actions), "file": str(p.path), "checksum": p.checksum,
-                "window": p.window, "interval_s": p.interval_s, "features": list(p.feature_names),
-                "n_features": p.n_features, "activation": p.activation,
-                "layers": [list(k.shape) for k in p.kernels],
-                "normalisation": p.normalisation.as_dict(), "training": p.training,
-                "evaluation": p.evaluation}
+        out = {"kind": self.kind, "actions": list(p.actions), "file": str(p.path), "checksum": p.checksum,
+               "window": p.window, "interval_s": p.interval_s, "features": list(p.feature_names),
+               "n_features": p.n_features, "activation": p.activation,
+               "layers": [list(k.shape) for k in p.kernels],
+               "normalisation": p.normalisation.as_dict(), "training": p.training,
+               "evaluation": p.evaluation}
+        if hasattr(p, "client"):  # policy.remote: the server and how many rows it answered
+            out["remote"] = p.describe()
+        return out
 
 
 class HeuristicDecider(Decider):
@@ -248,8 +251,35 @@ def build_decider(policy_cfg: dict[str, Any], *, kind: str | None = None) -> tup
         else:
             dec, _ = build_decider(policy_cfg, kind=fb_kind)
         return dec, f"policy file unusable ({e}); running the fallback policy {fb!r}"
+    if policy_cfg.get("remote"):
+        policy = _remote(policy, policy_cfg)
     dqn = DqnDecider(policy)
     return (ObserveDecider(dqn) if kind == "observe" else dqn), None
+
+
+def close_decider(decider: Decider) -> None:
+    """Release what a decider holds outside the process (policy.remote's UDP socket); others hold nothing."""
+    inner = getattr(decider, "inner", decider)
+    client = getattr(getattr(inner, "policy", None), "client", None)
+    if client is not None:
+        client.close()
+
+
+def _remote(policy: Policy, policy_cfg: dict[str, Any]) -> Any:
+    """The policy with its forward pass on the policy server of policy.remote (ccswitch/remote/)."""
+    from ccswitch.remote.client import L4S_TOS, PolicyClient
+    from ccswitch.remote.protocol import load_key
+    from ccswitch.remote.remote_policy import RemotePolicy
+    from ccswitch.remote.server import parse_hostport
+
+    try:
+        server = parse_hostport(policy_cfg["remote"])
+        key = load_key(policy_cfg["remote_key"])
+    except ValueError as e:
+        raise PolicyError(f"policy.remote: {e}") from None
+    client = PolicyClient(server, key, deadline_s=float(policy_cfg["remote_deadline_s"]),
+                          tos=L4S_TOS if policy_cfg["remote_l4s"] else 0)
+    return RemotePolicy(policy, client)
 
 
 def explain_features(policy: Policy, obs: np.ndarray) -> dict[str, float]:

@@ -423,3 +423,37 @@ def test_added_latency_holds_answers() -> None:
         with PolicyClient(addr, KEY, deadline_s=0.03) as late:  # shorter deadline than the emulated path
             dec, remote = late.cwnd(obs_records(), local_agent)
             assert not remote and late.fallbacks["timeout"] == 1
+
+
+def test_daemon_config_remote_runs_the_forward_pass_on_the_server(tmp_path) -> None:
+    """[policy] remote: the daemon's DQN decider asks the server, gives the local policy's answers, falls back
+    to the local policy when the server is gone, and a config without the key file is one clear error."""
+    from ccswitch.daemon.config import ConfigError, parse_config
+    from ccswitch.daemon.policies import build_decider
+    from ccswitch.models.policy import PolicyError
+
+    key = tmp_path / "key"
+    key.write_bytes(KEY)
+    key.chmod(0o600)
+    x = np.random.default_rng(2).normal(size=(7, CCA.n_features)).astype(np.float32)
+    with running(new_server()) as addr:
+        cfg = parse_config({"policy": {"remote": f"{addr[0]}:{addr[1]}", "remote_key": str(key),
+                                       "remote_deadline_s": 1.0}})
+        dec, warning = build_decider(dict(cfg.policy))
+        assert warning is None
+        q = dec.policy.q_values(x)
+        info = dec.describe()["remote"]
+    assert np.allclose(q, CCA.policy.q_values(x), atol=1e-4)
+    assert info["server"] == f"{addr[0]}:{addr[1]}" and info["remote_rows"] >= len(x)
+    dec.policy.client.deadline_s = 0.05  # the server is gone now: the local policy answers
+    assert np.allclose(dec.policy.q_values(x), CCA.policy.q_values(x), atol=1e-4)
+    assert dec.describe()["remote"]["local_rows"] >= len(x)
+    from ccswitch.daemon.policies import close_decider
+
+    close_decider(dec)
+    assert dec.policy.client.sock.fileno() == -1
+    with pytest.raises(ConfigError, match=r"policy\.remote_key: must name"):
+        parse_config({"policy": {"remote": "127.0.0.1:7070"}})
+    with pytest.raises(PolicyError, match=r"policy\.remote: key file .*missing"):
+        build_decider(dict(parse_config({"policy": {"remote": "127.0.0.1:7070",
+                                                    "remote_key": str(tmp_path / "missing")}}).policy))
