@@ -51,19 +51,8 @@ def optional_fields(t: Table, spec: dict[str, tuple[str, float | None, float | N
     return out
 
 
-def _dualpi2(t: Table) -> DualPi2:
-    """The dualpi2 qdisc table; ranges as linkemu checks them (config.rs DualPi2::validate)."""
-    v = optional_fields(t, {"limit_pkts": ("int", 1, 10_000_000), "target_ms": ("pos", None, 60_000.0),
-                            "tupdate_ms": ("num", 0.1, 60_000.0), "alpha_hz": ("pos", None, 1e9),
-                            "beta_hz": ("num", 0.0, 1e9), "k": ("num", 0.5, 64.0),
-                            "l_min_th_ms": ("num", 0.0, 60_000.0), "l_max_th_ms": ("num", 0.0, 60_000.0),
-                            "l_min_qlen_pkts": ("int", 0, 10_000_000), "c_weight_pct": ("num", 0.0, 100.0),
-                            "tshift_ms": ("num", 0.0, 60_000.0), "drop_on_overload": ("bool", None, None)})
-    lo = v.get("l_min_th_ms", 1.0)
-    if "l_max_th_ms" in v and v["l_max_th_ms"] < lo:
-        t.err(t.here("l_max_th_ms"), f"must be >= l_min_th_ms ({lo:g}), got {v['l_max_th_ms']:g}")
-    classifier = t.string("classifier", None, choices=DUALPI2_CLASSIFIERS)
-    scheduler = t.string("scheduler", None, choices=DUALPI2_SCHEDULERS)
+def _l_dscp(t: Table, classifier: str | None) -> tuple[int, ...] | None:
+    """The L4S queue's DSCP values (`l_dscp`), which only the "dscp" classifier uses and which it needs."""
     dscp: tuple[int, ...] | None = None
     if t.has("l_dscp"):
         raw = t.array("l_dscp")
@@ -77,6 +66,23 @@ def _dualpi2(t: Table) -> DualPi2:
         t.err(t.here("l_dscp"), 'classifier = "dscp" needs at least one DSCP value (0..63)')
     if dscp is not None and classifier != "dscp":
         t.err(t.here("l_dscp"), 'only used with classifier = "dscp" (remove it or set the classifier)')
+    return dscp
+
+
+def _dualpi2(t: Table) -> DualPi2:
+    """The dualpi2 qdisc table; ranges as linkemu checks them (config.rs DualPi2::validate)."""
+    v = optional_fields(t, {"limit_pkts": ("int", 1, 10_000_000), "target_ms": ("pos", None, 60_000.0),
+                            "tupdate_ms": ("num", 0.1, 60_000.0), "alpha_hz": ("pos", None, 1e9),
+                            "beta_hz": ("num", 0.0, 1e9), "k": ("num", 0.5, 64.0),
+                            "l_min_th_ms": ("num", 0.0, 60_000.0), "l_max_th_ms": ("num", 0.0, 60_000.0),
+                            "l_min_qlen_pkts": ("int", 0, 10_000_000), "c_weight_pct": ("num", 0.0, 100.0),
+                            "tshift_ms": ("num", 0.0, 60_000.0), "drop_on_overload": ("bool", None, None)})
+    lo = v.get("l_min_th_ms", 1.0)
+    if "l_max_th_ms" in v and v["l_max_th_ms"] < lo:
+        t.err(t.here("l_max_th_ms"), f"must be >= l_min_th_ms ({lo:g}), got {v['l_max_th_ms']:g}")
+    classifier = t.string("classifier", None, choices=DUALPI2_CLASSIFIERS)
+    scheduler = t.string("scheduler", None, choices=DUALPI2_SCHEDULERS)
+    dscp = _l_dscp(t, classifier)
     t.done()
     return DualPi2(classifier=classifier, scheduler=scheduler, l_dscp=dscp, **v)
 
@@ -165,19 +171,7 @@ def _vdq_csaqm(t: Table) -> VdqCsaqm:
     if v.get("vq0_rate", 0.9) > v.get("vq1_rate", 0.984):
         t.err(t.here("vq0_rate"), f"must be <= vq1_rate ({v.get('vq1_rate', 0.984):g}), got {v.get('vq0_rate', 0.9):g}")
     classifier = t.string("classifier", None, choices=VDQ_CLASSIFIERS)
-    dscp: tuple[int, ...] | None = None
-    if t.has("l_dscp"):
-        raw = t.array("l_dscp")
-        for i, d in enumerate(raw):
-            if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= 63:
-                t.err(f"{t.here('l_dscp')}[{i}]", f"must be a DSCP value 0..63, got {d!r}")
-        dscp = tuple(raw)
-    else:
-        t.used.add("l_dscp")
-    if classifier == "dscp" and not dscp:
-        t.err(t.here("l_dscp"), 'classifier = "dscp" needs at least one DSCP value (0..63)')
-    if dscp is not None and classifier != "dscp":
-        t.err(t.here("l_dscp"), 'only used with classifier = "dscp" (remove it or set the classifier)')
+    dscp = _l_dscp(t, classifier)
     default_policy = t.string("default_policy", None, choices=VDQ_POLICIES)
     rules: tuple[VdqPolicyRule, ...] | None = None
     if t.has("policies"):
