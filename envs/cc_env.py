@@ -180,6 +180,7 @@ class CongestionControlEnv(gym.Env):
         r, terms = reward(self.reward_config, throughput_mbps=float(t.throughput_mbps[k1]),
                           rtt_ms=float(t.rtt_ms[k1]), loss=float(t.loss[k1]), jain=float(t.jain[k1]),
                           thratio=float(t.thratio[k1]), min_share=float(t.min_share[k1]),
+                          utilisation=float(t.utilisation[k1]) if t.utilisation is not None else math.nan,
                           switched=a != current)
         self._trace, self._k = j, k1
         self._steps += 1

@@ -82,6 +82,9 @@ class Trace:
     """int [K]: active flows at the bottleneck."""
     min_share: np.ndarray
     """float [K]: smallest active flow's throughput / mean of the active flows (1 alone)."""
+    utilisation: np.ndarray | None = None
+    """float [K]: the active flows' throughput together / the link's rate_mbit (NaN: rate unknown,
+    e.g. a trace-driven link); the reward's optional utilisation term."""
 
 
 @dataclass
@@ -346,6 +349,9 @@ def _load_trace(cap: Capture, aidx: dict[str, int]) -> Trace | None:
     thratio = np.full(k_len, np.nan)
     n_flows = np.zeros(k_len, dtype=np.int64)
     min_share = np.ones(k_len)
+    rate = (m.get("link") or {}).get("rate_mbit")
+    capacity_bps = float(rate) * 1e6 if isinstance(rate, int | float) and rate > 0 else math.nan
+    utilisation = np.full(k_len, math.nan)
     for k in range(k_len):
         sel = local & (active[:, k] | (np.arange(len(ids)) == ai))
         rows = np.flatnonzero(sel)
@@ -358,6 +364,7 @@ def _load_trace(cap: Capture, aidx: dict[str, int]) -> Trace | None:
         s, q = x.sum(), (x * x).sum()
         jain[k] = s * s / (len(x) * q) if len(x) > 1 and q > 0 else 1.0
         min_share[k] = x.min() * len(x) / s if len(x) > 1 and s > 0 else 1.0
+        utilisation[k] = s / capacity_bps
         others = thr[act & (np.arange(len(ids)) != ai), k]
         if len(others):
             mo = others.mean()
@@ -370,4 +377,5 @@ def _load_trace(cap: Capture, aidx: dict[str, int]) -> Trace | None:
         throughput_mbps=np.nan_to_num(cols["throughput_bps"], nan=0.0) / 1e6,
         rtt_ms=cols["rtt_us"] / 1e3, loss=np.nan_to_num(cols["loss_rate"], nan=0.0),
         context=context, jain=jain, thratio=thratio, n_flows=n_flows, min_share=min_share,
+        utilisation=utilisation,
     )

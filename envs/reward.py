@@ -6,6 +6,8 @@ Reward of one interval (paper 002, section 4.1.1, plus fairness and switching)::
       - w_latency    * ln(max(rtt_ms, latency_floor_ms))
       - w_loss       * ln(max(loss_rate, loss_floor))
       + w_fairness   * F
+      + w_utilisation * ln(clip(U, 1/20, 1))   (U = every active flow's throughput at the bottleneck
+                                                together / the link's rate; off by default: w = 0)
       - w_switch     * [the agent switched CCA for this interval]
 
     F = jain - 1                        (fairness = "jain"; 0 when fair or alone, down to 1/n - 1)
@@ -32,6 +34,11 @@ Defaults and why:
   near 0.55, i.e. F = -0.45.  With weight 2 unfairness costs 0.9, 2.5 times the
   gain, so the agent does not starve others, while between equally fair
   choices throughput, latency and loss still decide.
+* w_utilisation = 0 (off): fairness alone is met by every flow on one CCA even
+  where that CCA leaves the link half empty (CUBIC at 1 % random loss); this
+  term pays for the "link stays full" target the agent's own throughput term
+  sees only as its own share.  The capacity is known offline per condition (the
+  link's rate_mbit; unknown on trace-driven links, where the term is 0).
 * w_switch = 0.1: the replay mostly takes the next sample from a trace that ran
   the new CCA all along, which misses the transient of a switch (private CCA
   state is reset); 0.1 is the reward of a 22 % throughput gain for one
@@ -67,6 +74,7 @@ class RewardConfig:
     w_latency: float = 0.25
     w_loss: float = 0.25
     w_fairness: float = 2.0
+    w_utilisation: float = 0.0
     w_switch: float = 0.1
     fairness: str = "jain"
     loss_floor: float = 1e-3
@@ -106,7 +114,7 @@ def fairness_term(cfg: RewardConfig, jain: float, thratio: float, min_share: flo
 
 
 def reward(cfg: RewardConfig, *, throughput_mbps: float, rtt_ms: float, loss: float, jain: float = 1.0,
-           thratio: float = math.nan, min_share: float = 1.0,
+           thratio: float = math.nan, min_share: float = 1.0, utilisation: float = math.nan,
            switched: bool = False) -> tuple[float, dict[str, float]]:
     """The reward of one interval and its terms (each already weighted)."""
     rtt = rtt_ms if rtt_ms is not None and not math.isnan(rtt_ms) else cfg.latency_floor_ms
@@ -117,6 +125,8 @@ def reward(cfg: RewardConfig, *, throughput_mbps: float, rtt_ms: float, loss: fl
         "fairness": cfg.w_fairness * fairness_term(cfg, jain, thratio, min_share),
         "switch": -cfg.w_switch * float(bool(switched)),
     }
+    if cfg.w_utilisation and utilisation is not None and not math.isnan(utilisation):
+        terms["utilisation"] = cfg.w_utilisation * math.log(min(max(float(utilisation), 1 / 20), 1.0))
     return float(sum(terms.values())), terms
 
 

@@ -43,7 +43,8 @@ import numpy as np
 
 from ccswitch.envs.features import BASE_FEATURES, FEATURE_VERSION, Normalisation, feature_names
 
-__all__ = ["DEFAULT_POLICY", "FORMAT", "POLICY_VERSION", "Policy", "PolicyError", "canonical_json", "load_policy",
+__all__ = ["DEFAULT_POLICY", "FORMAT", "POLICY_VERSION", "Policy", "PolicyError", "canonical_json", "decode_array",
+           "document_checksum", "encode_array", "load_policy",
            "save_policy"]
 
 FORMAT = "ccswitch-policy"
@@ -61,17 +62,17 @@ def canonical_json(doc: Mapping[str, Any]) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
-def _checksum(doc: Mapping[str, Any]) -> str:
+def document_checksum(doc: Mapping[str, Any]) -> str:
     body = {k: v for k, v in doc.items() if k != "checksum"}
     return "sha256:" + hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 
-def _encode(a: np.ndarray) -> dict[str, Any]:
+def encode_array(a: np.ndarray) -> dict[str, Any]:
     a = np.ascontiguousarray(a, dtype="<f4")
     return {"shape": list(a.shape), "dtype": "<f4", "data": base64.b64encode(a.tobytes()).decode("ascii")}
 
 
-def _decode(d: Any, where: str) -> np.ndarray:
+def decode_array(d: Any, where: str) -> np.ndarray:
     if not isinstance(d, dict) or not {"shape", "dtype", "data"} <= set(d):
         raise PolicyError(f"{where}: must be an object with shape, dtype and data")
     if d["dtype"] != "<f4":
@@ -149,11 +150,11 @@ def save_policy(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequ
                      "names": list(features)},
         "normalisation": normalisation.as_dict(),
         "network": {"activation": activation,
-                    "layers": [{"kernel": _encode(k), "bias": _encode(b)}
+                    "layers": [{"kernel": encode_array(k), "bias": encode_array(b)}
                                for k, b in zip(kernels, biases, strict=True)]},
         "training": json.loads(json.dumps(dict(training or {}), default=_jsonable)),
     }
-    doc["checksum"] = _checksum(doc)
+    doc["checksum"] = document_checksum(doc)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
@@ -194,7 +195,10 @@ def load_policy(path: str | Path | None = None, *, expect_features: Sequence[str
         raise PolicyError(f"{p}: policy format version {version!r} is not supported (this ccswitch reads "
                           f"version {POLICY_VERSION}); export it again with this ccswitch")
     want = doc.get("checksum")
-    got = _checksum(doc)
+    try:
+        got = document_checksum(doc)
+    except ValueError as e:  # NaN or Infinity somewhere: JSON allows them on read, the canonical form does not
+        raise PolicyError(f"{p}: not a valid policy file ({e})") from None
     if want != got:
         raise PolicyError(f"{p}: checksum mismatch (file says {want}, content hashes to {got}): the file is "
                           "corrupt or was edited")
@@ -215,8 +219,8 @@ def _build(p: Path, doc: dict[str, Any], expect_features: Sequence[str] | None) 
     layers = net["layers"]
     if not layers:
         raise PolicyError(f"{p}: the network has no layers")
-    kernels = [_decode(layer["kernel"], f"{p}: network.layers[{i}].kernel") for i, layer in enumerate(layers)]
-    biases = [_decode(layer["bias"], f"{p}: network.layers[{i}].bias") for i, layer in enumerate(layers)]
+    kernels = [decode_array(layer["kernel"], f"{p}: network.layers[{i}].kernel") for i, layer in enumerate(layers)]
+    biases = [decode_array(layer["bias"], f"{p}: network.layers[{i}].bias") for i, layer in enumerate(layers)]
     for i, (k, b) in enumerate(zip(kernels, biases, strict=True)):
         if k.ndim != 2 or b.shape != (k.shape[1],):
             raise PolicyError(f"{p}: network.layers[{i}]: kernel {list(k.shape)} and bias {list(b.shape)} "
@@ -262,7 +266,7 @@ def annotate_policy(path: str | Path, evaluation: Mapping[str, Any]) -> str:
     load_policy(p)  # a valid file first
     doc = json.loads(p.read_text())
     doc["evaluation"] = json.loads(json.dumps(dict(evaluation), default=_jsonable))
-    doc["checksum"] = _checksum(doc)
+    doc["checksum"] = document_checksum(doc)
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
     tmp.replace(p)

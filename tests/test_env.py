@@ -110,6 +110,37 @@ def test_reward_matches_the_formula_by_hand() -> None:
         RewardConfig(fairness="max-min")
 
 
+def test_utilisation_term_is_off_by_default_and_pays_for_a_full_link() -> None:
+    kw = {"throughput_mbps": 20.0, "rtt_ms": 10.0, "loss": 0.01}
+    r_off, terms = reward(RewardConfig(), utilisation=0.5, **kw)
+    assert "utilisation" not in terms and r_off == reward(RewardConfig(), **kw)[0]
+    cfg = RewardConfig(w_utilisation=2.0)
+    _, half = reward(cfg, utilisation=0.5, **kw)
+    _, over = reward(cfg, utilisation=1.3, **kw)     # above the nominal rate (measurement): capped at 1
+    _, nan = reward(cfg, utilisation=math.nan, **kw)  # rate unknown (trace-driven link): no term
+    _, starved = reward(cfg, utilisation=0.0, **kw)  # floored at 1/20
+    assert half["utilisation"] == pytest.approx(2.0 * math.log(0.5)) and over["utilisation"] == 0.0
+    assert "utilisation" not in nan and starved["utilisation"] == pytest.approx(2.0 * math.log(1 / 20))
+
+
+def test_replayed_utilisation_is_the_bottleneck_total_over_the_rate(replay: ReplayCorpus) -> None:
+    checked = 0
+    for cond in replay.conditions.values():
+        rate = cond.link.get("rate_mbit")
+        for t in cond.traces:
+            assert t.utilisation is not None and t.utilisation.shape == t.min_share.shape
+            if not rate:
+                assert np.isnan(t.utilisation).all()
+                continue
+            # Two active flows (the synthetic corpus: agent + one CUBIC): the other's throughput is the
+            # agent's / thratio, so the total is known independently of how utilisation was summed.
+            two = (t.n_flows == 2) & (t.throughput_mbps > 0) & np.isfinite(t.thratio) & (t.thratio > 0)
+            total = t.throughput_mbps[two] * (1 + 1 / t.thratio[two])
+            np.testing.assert_allclose(t.utilisation[two], total / rate, rtol=1e-6)
+            checked += int(two.sum())
+    assert checked > 0
+
+
 def test_env_reward_is_the_formula_on_the_replayed_interval(replay: ReplayCorpus) -> None:
     cfg = RewardConfig(w_switch=0.3)
     env = make_env(replay, reward_config=cfg)

@@ -322,6 +322,16 @@ def test_bad_field_gives_one_clear_error(change: tuple[str, str], field: str, wo
     assert words in msg, msg
 
 
+def test_tcp_ecn_option() -> None:
+    assert parse(GOOD).tcp_ecn is None  # the kernel's default (2: no ECN negotiated)
+    assert parse("tcp_ecn = 1\n" + GOOD).tcp_ecn == 1
+    assert parse("tcp_ecn = 0\n" + GOOD).tcp_ecn == 0
+    for bad in ("3", "true", "1.0", '"on"'):
+        with pytest.raises(ScenarioError) as ei:
+            parse(f"tcp_ecn = {bad}\n" + GOOD)
+        assert str(ei.value).startswith("s.toml: tcp_ecn: must be 0 (no ECN), 1 ") and "\n" not in str(ei.value)
+
+
 def test_wifi_needs_one_entry_per_client() -> None:
     text = GOOD.replace("[[flows]]", "[link.wifi]\nclients = [{ phy_rate_mbit = 300 }]\n[[flows]]", 1)
     with pytest.raises(ScenarioError, match=r"^s\.toml: link\.wifi\.clients: needs one entry per client \(2\)"):

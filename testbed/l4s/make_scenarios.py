@@ -85,9 +85,15 @@ def lifetimes(counts: tuple[int, ...]) -> list[tuple[float, float]]:
     return out
 
 
-def qdisc_toml(coupling: float | None = None) -> str:
+A3C_ACTOR = "../../models/dualpi2_a3c.json"
+"""Paper 000's trained actor, relative to testbed/scenarios/ (the ``-a3c`` variants)."""
+A3C_CCAS = ("cubic", "reno")
+"""Classic CCAs of the ``-a3c`` variants (the agent against the PI controller, docs/l4s.md "A3C")."""
+
+
+def qdisc_toml(coupling: float | None = None, agent: str | None = None) -> str:
     parts = []
-    params = DUALPI2 | ({"k": coupling} if coupling is not None else {})
+    params = DUALPI2 | ({"k": coupling} if coupling is not None else {}) | ({"agent": agent} if agent else {})
     for k, v in params.items():
         if isinstance(v, bool):
             s = "true" if v else "false"
@@ -103,7 +109,7 @@ def qdisc_toml(coupling: float | None = None) -> str:
 
 def scenario(name: str, description: str, header: str, groups: list[Group], *, daemon_clients: tuple[int, ...] = (),
              client_delay_ms: list[float] | None = None, duration_s: float | None = None,
-             tshark: bool = False, k: float | None = None) -> str:
+             tshark: bool = False, k: float | None = None, agent: str | None = None) -> str:
     n_phases = len(groups[0].counts)
     duration = duration_s if duration_s is not None else n_phases * PHASE_S
     clients = max(g.client for g in groups)
@@ -123,7 +129,7 @@ def scenario(name: str, description: str, header: str, groups: list[Group], *, d
         lines.append("client_delay_ms = [" + ", ".join(f"{d:g}" for d in client_delay_ms) + "]"
                      "   # extra delay on each client's ACKs")
     lines += ["", "[link.uplink]", f"rate_mbit = {RATE_MBIT:g}", f"delay_ms = {BASE_ONE_WAY_MS:g}",
-              f"qdisc = {qdisc_toml(k)}", "",
+              f"qdisc = {qdisc_toml(k, agent)}", "",
               "[link.downlink]               # ACKs: not the bottleneck", f"rate_mbit = {RATE_MBIT:g}",
               f"delay_ms = {BASE_ONE_WAY_MS:g}", 'qdisc = { kind = "pfifo", limit_pkts = 1000 }']
     for g in groups:
@@ -169,6 +175,18 @@ def all_scenarios() -> dict[str, str]:
                 f"# (paper 000: k sets the L4S:Classic rate ratio).  docs/l4s.md \"## Experiments\".")
         out[name] = scenario(name, f"cubic vs prague through DualPI2 with k = {k:g}, L4S-Classic flows {counts}",
                              head, groups, k=k)
+    for cca in A3C_CCAS:  # paper 000's A3C agent sets p' instead of the PI controller
+        groups = [Group(1, "C", cca, dyn_c), Group(2, "L", L4S_CCA, dyn_l)]
+        name = f"l4s-dyn-{cca}-vs-prague-a3c"
+        head = (f"# As l4s-dyn-{cca}-vs-prague, with DualPI2's base probability p' set every 50 ms by paper 000's\n"
+                f"# A3C agent (models/dualpi2_a3c.json) instead of the PI controller.  docs/l4s.md \"A3C\".")
+        out[name] = scenario(name, f"{cca} vs prague through DualPI2 run by the A3C agent, L4S-Classic flows "
+                             f"{counts}", head, groups, agent=A3C_ACTOR)
+        if cca not in CLASSIC_CCAS:  # its PI twin (the others have theirs above)
+            name = f"l4s-dyn-{cca}-vs-prague"
+            twin = (f"# As l4s-dyn-cubic-vs-prague with {cca} as the Classic CCA: the PI twin of\n"
+                    f"# l4s-dyn-{cca}-vs-prague-a3c.  docs/l4s.md \"A3C\".")
+            out[name] = scenario(name, f"{cca} vs prague through DualPI2, L4S-Classic flows {counts}", twin, groups)
     name = "l4s-pair-cubic-vs-prague-15s"
     head = ("# One cubic and one prague flow through DualPI2 for 15 s (tests/test_l4s.py): the L queue's\n"
             "# sojourn must stay below the C queue's.")

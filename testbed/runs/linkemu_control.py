@@ -19,7 +19,8 @@ line, in order:
   averages each, weights in DIR's ``weights``).
 * ``{"op": "set", "dir": D, ...}`` changes parameters of direction D's qdisc, all or nothing:
   lfq ``default_limit_pkts`` and ``flows: [{"queue": Q | "key": KEY, "limit_pkts": N}]``;
-  dualpi2 ``base_prob`` (a number fixes p' and pauses the PI controller, ``"auto"`` resumes it)
+  dualpi2 ``base_prob`` (a number fixes p' and pauses the PI controller, ``"auto"`` resumes it;
+  ``hold_ms`` makes the number a lease that lapses back to the PI controller unless renewed)
   and ``k``.  The answer is ``{"ok": true, "t_s": T, "dir": D, "applied": {...}}``.
 * Anything refused is ``{"ok": false, "error": "FIELD: what is wrong"}``; a request may carry
   ``"id"``, echoed in its response (this client numbers its requests and checks the echo).
@@ -174,16 +175,19 @@ class LinkemuControl:
         flows: Sequence[Mapping[str, Any]] | None = None,
         base_prob: float | str | None = None,
         k: float | None = None,
+        hold_ms: float | None = None,
     ) -> dict[str, Any]:
         """Set parameters of *direction*'s qdisc (None: leave alone); return linkemu's ``applied``.
 
         lfq: *default_limit_pkts* (flows that start later) and *flows*, each
         ``{"queue": Q, "limit_pkts": N}`` or ``{"key": {"src", "dst", "proto", "sport", "dport"},
         "limit_pkts": N}`` (a flow's ``key`` from :meth:`state` works as is).  dualpi2:
-        *base_prob* (0..1 fixes p', ``"auto"`` gives it back to the PI controller) and *k*.
+        *base_prob* (0..1 fixes p', ``"auto"`` gives it back to the PI controller), *hold_ms* (with a
+        numeric base_prob: a lease, after which the PI controller takes p' back unless renewed) and *k*.
         """
         req: dict[str, Any] = {"op": "set", "dir": _direction(direction)}
-        for name, value in (("default_limit_pkts", default_limit_pkts), ("base_prob", base_prob), ("k", k)):
+        for name, value in (("default_limit_pkts", default_limit_pkts), ("base_prob", base_prob), ("k", k),
+                            ("hold_ms", hold_ms)):
             if value is not None:
                 req[name] = value
         if flows is not None:

@@ -62,6 +62,7 @@ import pyarrow.parquet as pq
 from ccswitch.schema import FLOW_SAMPLE_SCHEMA
 
 from ..scenario import Flow, Scenario, Switch
+from ..scenario.model import CONTROL_SOCKET
 from .daemons import KILL_TIMEOUT_S, START_TIMEOUT_S, STOP_TIMEOUT_S, DaemonError, DaemonProcess, daemon_running
 from .iperf import IperfError, IperfFlow, IperfServer, start_flow, start_server
 from .netns import cleanup_leftovers, entered, nsenter_argv
@@ -551,6 +552,9 @@ def run_once(sc: Scenario, run_dir: Path, *, seed: int = 1, label: str = "run",
     """One run of *sc* into *run_dir* (raw outputs and summary.json; no tables or plots)."""
     if external is None and os.geteuid() != 0:
         raise RunError("the namespace testbed needs root (network namespaces, BPF); rerun with sudo")
+    if external is not None and sc.tcp_ecn is not None:
+        raise RunError(f"scenario {sc.name} sets tcp_ecn = {sc.tcp_ecn}, which the runner applies in the client "
+                       f"namespaces only; in external mode set net.ipv4.tcp_ecn on the client hosts and remove it")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "iperf").mkdir(exist_ok=True)
     (run_dir / "scenario.toml").write_text(sc.text)
@@ -632,6 +636,7 @@ def _netns_side(sc: Scenario, flows: Sequence[Flow], run_dir: Path, seed: int, m
     emu: dict[str, Any] = {}  # read by the callback after the emulator has stopped (LIFO order)
     stack.callback(lambda: meta.__setitem__("emulator_summary", _emulator_summary(run_dir, emu.get("e"))))
     emu["e"] = stack.enter_context(_emulator(sc, topo, run_dir, seed))
+    _router_agents(sc, run_dir, meta, stack)
     _prague_defaults(flows, topo, stack)
     servers = {f.name: stack.enter_context(start_server(topo.server, f.port, bind=topo.server_addr,
                                                         extra_args=["-J"])) for f in flows}
@@ -639,7 +644,72 @@ def _netns_side(sc: Scenario, flows: Sequence[Flow], run_dir: Path, seed: int, m
         stack.enter_context(Capture(topo.server, topo.server_dev, [f.port for f in flows],
                                     run_dir / "capture.pcapng", sc.capture.snaplen))
     client_ns: dict[int, str | None] = {f.client: topo.clients[f.client - 1] for f in flows}
+    meta["tcp_ecn"] = _tcp_ecn(sc, client_ns, topo.server)
     return topo.server_addr, client_ns, servers
+
+
+def _router_agents(sc: Scenario, run_dir: Path, meta: dict[str, Any], stack: contextlib.ExitStack) -> None:
+    """Start the DualPI2 agent of every direction whose queue names one (``agent``); stopped before linkemu.
+
+    Each writes ``emulator/agent-DIR.csv`` (one row per interval); summary.json's ``meta.router_agents``
+    records the actor file, its checksum, the steps taken, the loop's CPU time and any error.
+    """
+    agents = sc.router_agents()
+    if not agents:
+        return
+    from ccswitch.models.dualpi2_actor import load_actor
+
+    from .dualpi2_agent import AgentLoop
+
+    meta["router_agents"] = {}
+    for direction, q in agents.items():
+        assert q.agent is not None
+        actor = load_actor(q.agent)
+        rate = getattr(sc.link, direction).rate_mbit
+        interval = q.agent_interval_ms / 1000 if q.agent_interval_ms else actor.interval_s
+        loop = AgentLoop(run_dir / "emulator" / CONTROL_SOCKET, actor, rate_mbit=rate, direction=direction,
+                         interval_s=interval, log_csv=run_dir / "emulator" / f"agent-{direction}.csv")
+        rec: dict[str, Any] = {"actor": str(q.agent), "checksum": actor.checksum, "interval_s": interval}
+        meta["router_agents"][direction] = rec
+
+        def record(loop: AgentLoop = loop, rec: dict[str, Any] = rec) -> None:
+            rec.update(steps=loop.steps, cpu_s=round(loop.cpu_s, 3), error=loop.error)
+
+        stack.callback(record)
+        stack.enter_context(loop)
+
+
+TCP_ECN_KEY = "net.ipv4.tcp_ecn"
+
+
+def _read_sysctl(ns: str, key: str) -> str:
+    with entered(ns):
+        return Path("/proc/sys", *key.split(".")).read_text().strip()
+
+
+def _tcp_ecn(sc: Scenario, client_ns: dict[int, str | None], server_ns: str) -> dict[str, Any]:
+    """Set the scenario's ``tcp_ecn`` in the client namespaces (the senders; before any flow starts).
+
+    net.ipv4.tcp_ecn is per namespace and a new one starts at the kernel's default 2 (accept ECN
+    when the peer asks, never ask): the server keeps that and so accepts the clients' requests.
+    Returns the values read back (client namespace -> value, and the server's) for summary.json.
+    """
+    out: dict[str, Any] = {"requested": sc.tcp_ecn, "clients": {}, "server": None}
+    for client, ns in sorted(client_ns.items()):
+        if ns is None:
+            continue
+        if sc.tcp_ecn is not None:
+            try:
+                with entered(ns):
+                    Path("/proc/sys", *TCP_ECN_KEY.split(".")).write_text(f"{sc.tcp_ecn}\n")
+            except OSError as e:
+                raise RunError(f"cannot set {TCP_ECN_KEY}={sc.tcp_ecn} in client {client}'s namespace: {e}") from e
+        value = _read_sysctl(ns, TCP_ECN_KEY)
+        if sc.tcp_ecn is not None and value != str(sc.tcp_ecn):
+            raise RunError(f"{TCP_ECN_KEY} in client {client}'s namespace reads {value} after setting {sc.tcp_ecn}")
+        out["clients"][f"C{client}"] = int(value)
+    out["server"] = int(_read_sysctl(server_ns, TCP_ECN_KEY))
+    return out
 
 
 def _prague_defaults(flows: Sequence[Flow], topo: Topology, stack: contextlib.ExitStack) -> None:

@@ -11,6 +11,10 @@ A scenario is a TOML file (examples in ``testbed/scenarios/``)::
     sample_interval_s = 1.0              # monitor and iperf3 interval, >= 0.1
     daemon = false                       # the switching daemon ccswitchd on every client (or a
                                          # [daemon] table below: on, with settings)
+    tcp_ecn = 1                          # optional: net.ipv4.tcp_ecn of the client namespaces: 1 =
+                                         # classic ECN (RFC 3168) on every flow, 0 = never, 2 = only
+                                         # when asked; default: the kernel's 2, i.e. no ECN (the server
+                                         # keeps 2 and accepts it).  The AQM marks only with its ecn on
 
     [link]                               # maps 1:1 onto linkemu's config (testbed/linkemu/README.md);
     emulator = "linkemu"                 # fields left out take linkemu's defaults.  Or "kernel":

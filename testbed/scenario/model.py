@@ -31,6 +31,9 @@ MAX_CLIENTS = 32
 MIN_INTERVAL_S = 0.1
 FALLBACK_CCAS = ("bbr", "cubic", "pcc", "reno")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+TCP_ECN_MODES = (0, 1, 2)
+"""Values of the scenario's ``tcp_ecn`` (Linux net.ipv4.tcp_ecn): 0 no ECN, 1 request and accept it,
+2 accept it when the peer asks (the kernel's default)."""
 
 
 class ScenarioError(ValueError):
@@ -95,6 +98,10 @@ class Codel:
                 "limit_pkts": self.limit_pkts, "ecn": self.ecn}
 
 
+CONTROL_SOCKET = "linkemu.sock"
+"""linkemu's control socket in a run's emulator folder (only when a router agent needs it)."""
+
+
 @dataclass(frozen=True)
 class DualPi2:
     """DualPI2 (RFC 9332) in linkemu; None fields take linkemu's defaults (Linux sch_dualpi2's).
@@ -105,6 +112,11 @@ class DualPi2:
     ``classifier`` "ecn" (ECT(1)/CE -> L) or "dscp" (``l_dscp`` values -> L);
     ``scheduler`` "wrr" (``c_weight_pct`` 10) or "tsfifo" (``tshift_ms`` 50);
     ``drop_on_overload`` true; ``limit_pkts`` 10000 in both queues.
+
+    ``agent`` (a path, relative to the scenario file): an actor file of paper 000's A3C agent
+    (``models/dualpi2_a3c.json``); the runner then sets p' from it every ``agent_interval_ms``
+    (default: the interval it was trained with) through linkemu's control socket, the PI
+    controller taking over if the agent stops (testbed/runs/dualpi2_agent.py).  Not linkemu fields.
     """
 
     limit_pkts: int | None = None
@@ -122,9 +134,13 @@ class DualPi2:
     c_weight_pct: float | None = None
     tshift_ms: float | None = None
     drop_on_overload: bool | None = None
+    agent: Path | None = None
+    agent_interval_ms: float | None = None
 
     def to_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"kind": "dualpi2", **_present(self)}
+        cfg.pop("agent", None)
+        cfg.pop("agent_interval_ms", None)
         if self.l_dscp is not None:
             cfg["l_dscp"] = list(self.l_dscp)
         return cfg
@@ -140,7 +156,8 @@ class FqCodel:
 
     ``flows`` 1024 hash queues, DRR ``quantum`` 1514 bytes, per-queue CoDel ``target_ms`` 5 /
     ``interval_ms`` 100, ``limit_pkts`` 10240 in all queues (beyond it the fattest queue loses
-    its head packet), ``ecn`` false (Linux: true; the testbed's TCP flows do not negotiate ECN).
+    its head packet), ``ecn`` false (Linux: true; the testbed's TCP flows negotiate ECN only with
+    the scenario's ``tcp_ecn = 1``).
     """
 
     flows: int | None = None
@@ -495,6 +512,11 @@ class Scenario:
     sample_interval_s: float = 1.0
     daemon: DaemonSettings | None = None
     """None: no daemon (static CCAs plus the scripted switches)."""
+    tcp_ecn: int | None = None
+    """net.ipv4.tcp_ecn of the client namespaces (the senders): 1 = classic ECN (RFC 3168)
+    negotiated on every flow, 0 = never, 2 = only when asked; None: left at the kernel's default
+    (2, so the testbed's flows negotiate no ECN).  The server namespace keeps 2 (accepts ECN).
+    Prague negotiates (Accurate) ECN whatever this is (it is the client's default CCA)."""
     capture: Capture = field(default_factory=Capture)
     source: Path | None = None
     text: str = ""
@@ -533,6 +555,12 @@ class Scenario:
             "wifi": self.link.wifi.to_config() if self.link.wifi else None,
             "stats": {"dir": str(stats_dir), "interval_ms": interval_ms,
                       "per_packet": self.capture.emulator_per_packet},
-        } | ({"client_delay_ms": list(self.link.client_delay_ms)} if self.link.client_delay_ms else {})
+        } | ({"client_delay_ms": list(self.link.client_delay_ms)} if self.link.client_delay_ms else {}) | (
+            {"control": {"socket": str(stats_dir / CONTROL_SOCKET)}} if self.router_agents() else {})
+
+    def router_agents(self) -> dict[str, DualPi2]:
+        """Directions ("uplink", "downlink") whose dualpi2 queue is run by an agent (``agent``)."""
+        return {name: d.qdisc for name, d in (("uplink", self.link.uplink), ("downlink", self.link.downlink))
+                if isinstance(d.qdisc, DualPi2) and d.qdisc.agent is not None}
 
 

@@ -26,6 +26,7 @@ from .model import (
     MAX_CLIENTS,
     MIN_INTERVAL_S,
     NAME_RE,
+    TCP_ECN_MODES,
     AccessDelay,
     Aggregation,
     BernoulliLoss,
@@ -91,10 +92,13 @@ def _link_dir(t: Table | None, base_dir: Path, default: LinkDir) -> LinkDir:
     extra = optional_fields(t, {"overhead_bytes": ("int", 0, 65_535),
                                 "trace_bytes_per_opportunity": ("int", 1, 1 << 20)})
     t.done()
-    qdisc = parse_qdisc(qt) if qt is not None else default.qdisc
+    qdisc = parse_qdisc(qt, base_dir) if qt is not None else default.qdisc
     if isinstance(qdisc, VdqCsaqm) and qdisc.rate_mbit is None and rate is None:
         t.err(f"{t.here('qdisc')}.rate_mbit", "required: the link has no rate_mbit (trace or unlimited), "
                                              "and vdq_csaqm's virtual queues need the capacity C")
+    if isinstance(qdisc, DualPi2) and qdisc.agent is not None and rate is None:
+        t.err(f"{t.here('qdisc')}.agent", "needs the link's rate_mbit (the agent's utilisation is measured "
+                                          "against it; trace-driven links are not supported)")
     return LinkDir(rate_mbit=rate, trace=trace, delay_ms=delay, loss=_loss(lt) if lt is not None else None,
                    qdisc=qdisc,
                    overhead_bytes=extra.get("overhead_bytes", default.overhead_bytes),
@@ -360,6 +364,12 @@ def parse_scenario(text: str, where: str = "scenario", *, base_dir: Path | None 
     else:
         seeds = tuple(range(1, (repetitions or 1) + 1))
 
+    tcp_ecn = top.raw("tcp_ecn")
+    if tcp_ecn is not None and (isinstance(tcp_ecn, bool) or not isinstance(tcp_ecn, int)
+                                or tcp_ecn not in TCP_ECN_MODES):
+        err("tcp_ecn", f"must be 0 (no ECN), 1 (classic ECN on every flow) or 2 (only when asked, the kernel's "
+                       f"default), got {tname(tcp_ecn)} {tcp_ecn!r}")
+
     link = _link(top.table("link"), base_dir, clients)
     flows = _flows(raw_flows, clients, duration, ccas, err)
     switches = _switches(top.array("switches"), flows, ccas, err)
@@ -375,7 +385,7 @@ def parse_scenario(text: str, where: str = "scenario", *, base_dir: Path | None 
     return Scenario(
         name=name, description=description, duration_s=duration, clients=clients, flows=tuple(flows),
         link=link, switches=tuple(switches), repetitions=len(seeds), seeds=seeds,
-        sample_interval_s=interval, daemon=daemon, capture=capture, source=source, text=text,
+        sample_interval_s=interval, daemon=daemon, tcp_ecn=tcp_ecn, capture=capture, source=source, text=text,
     )
 
 

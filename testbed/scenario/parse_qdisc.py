@@ -7,6 +7,7 @@ mistake is one :class:`.model.ScenarioError` line naming the field.
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from typing import Any
 
 from .model import (
@@ -69,7 +70,7 @@ def _l_dscp(t: Table, classifier: str | None) -> tuple[int, ...] | None:
     return dscp
 
 
-def _dualpi2(t: Table) -> DualPi2:
+def _dualpi2(t: Table, base_dir: Path | None = None) -> DualPi2:
     """The dualpi2 qdisc table; ranges as linkemu checks them (config.rs DualPi2::validate)."""
     v = optional_fields(t, {"limit_pkts": ("int", 1, 10_000_000), "target_ms": ("pos", None, 60_000.0),
                             "tupdate_ms": ("num", 0.1, 60_000.0), "alpha_hz": ("pos", None, 1e9),
@@ -83,8 +84,28 @@ def _dualpi2(t: Table) -> DualPi2:
     classifier = t.string("classifier", None, choices=DUALPI2_CLASSIFIERS)
     scheduler = t.string("scheduler", None, choices=DUALPI2_SCHEDULERS)
     dscp = _l_dscp(t, classifier)
+    agent = _agent(t, base_dir)
+    interval = t.number("agent_interval_ms", None, lo=1.0, hi=10_000.0)
+    if interval is not None and agent is None:
+        t.err(t.here("agent_interval_ms"), "only used with agent = \"PATH\" (an actor file)")
     t.done()
-    return DualPi2(classifier=classifier, scheduler=scheduler, l_dscp=dscp, **v)
+    return DualPi2(classifier=classifier, scheduler=scheduler, l_dscp=dscp, agent=agent,
+                   agent_interval_ms=interval, **v)
+
+
+def _agent(t: Table, base_dir: Path | None) -> Path | None:
+    """dualpi2's ``agent``: an actor file (relative to the scenario file), checked by loading it."""
+    raw = t.string("agent")
+    if raw is None:
+        return None
+    path = ((base_dir or Path.cwd()) / raw).resolve()
+    from ccswitch.models.dualpi2_actor import ActorError, load_actor
+
+    try:
+        load_actor(path)
+    except ActorError as e:
+        t.err(t.here("agent"), str(e))
+    return path
 
 
 _FQ_QUEUES = {"flows": ("int", 1, 65_536), "quantum": ("int", 256, 1 << 20)}
@@ -183,7 +204,9 @@ def _vdq_csaqm(t: Table) -> VdqCsaqm:
     return VdqCsaqm(classifier=classifier, l_dscp=dscp, default_policy=default_policy, policies=rules, **v)
 
 
-def parse_qdisc(t: Table) -> Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | VdqCsaqm:
+def parse_qdisc(t: Table, base_dir: Path | None = None
+                ) -> Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | VdqCsaqm:
+    """A queue table; *base_dir* (the scenario file's folder) resolves dualpi2's ``agent`` path."""
     kind = t.string("kind", required=True, choices=QDISC_KINDS)
     if kind == "vdq_csaqm":
         return _vdq_csaqm(t)
@@ -192,7 +215,7 @@ def parse_qdisc(t: Table) -> Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie 
     if kind == "fq_pie":
         return _fq_pie(t)
     if kind == "dualpi2":
-        return _dualpi2(t)
+        return _dualpi2(t, base_dir)
     if kind == "fq_codel":
         return _fq_codel(t)
     if kind == "fq":

@@ -18,6 +18,7 @@
 //!     {"key": {"src": "10.99.0.11", "dst": "10.99.0.1", "proto": 6, "sport": 40000, "dport": 5201},
 //!      "limit_pkts": 20}], "default_limit_pkts": 50}                       lfq
 //! {"op": "set", "dir": "downlink", "base_prob": 0.05, "k": 2}              dualpi2
+//! {"op": "set", "dir": "downlink", "base_prob": 0.05, "hold_ms": 150}     dualpi2: p' fixed for 150 ms unless renewed
 //! {"op": "set", "dir": "downlink", "base_prob": "auto"}                    dualpi2: PI controller again
 //! ```
 //!

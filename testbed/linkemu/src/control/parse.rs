@@ -14,7 +14,9 @@ use crate::packet::Dir;
 use crate::qdisc::control::{BaseProb, FlowLimit, FlowSel, SetParams};
 
 const STATE_FIELDS: &[&str] = &["op", "id", "dir", "max_flows"];
-const SET_FIELDS: &[&str] = &["op", "id", "dir", "default_limit_pkts", "flows", "base_prob", "k"];
+const SET_FIELDS: &[&str] = &["op", "id", "dir", "default_limit_pkts", "flows", "base_prob", "k", "hold_ms"];
+/// Longest lease of a fixed DualPI2 base probability (`hold_ms`), ms.
+const MAX_HOLD_MS: f64 = 60_000.0;
 
 /// Parse one request line: its `id` (echoed even when the rest is refused)
 /// and the request, or one line saying what is wrong.
@@ -91,6 +93,16 @@ fn parse_object(m: &Map<String, Value>) -> Result<Request, String> {
                 .get("k")
                 .map(|v| v.as_f64().ok_or_else(|| format!("k: must be a number, got {}", short(v))))
                 .transpose()?;
+            p.hold_ms = m
+                .get("hold_ms")
+                .map(|v| match v.as_f64() {
+                    Some(h) if h.is_finite() && h > 0.0 && h <= MAX_HOLD_MS => Ok(h),
+                    _ => Err(format!("hold_ms: must be a number of ms in (0, {MAX_HOLD_MS}], got {}", short(v))),
+                })
+                .transpose()?;
+            if p.hold_ms.is_some() && !matches!(p.base_prob, Some(BaseProb::Fixed(_))) {
+                return Err("hold_ms: only with a numeric base_prob (it is the lease of that value)".into());
+            }
             if p.present().is_empty() {
                 return Err("set: nothing to set (fields: default_limit_pkts, flows, base_prob, k)".into());
             }

@@ -192,7 +192,15 @@ fn bad_requests_get_one_line_errors_and_change_nothing() {
         ),
         (
             r#"{"op": "set", "dir": "downlink", "default_limit_pkts": 10}"#,
-            "default_limit_pkts: not settable on dualpi2 (settable: base_prob, k)",
+            "default_limit_pkts: not settable on dualpi2 (settable: base_prob, k, hold_ms)",
+        ),
+        (
+            r#"{"op": "set", "dir": "downlink", "base_prob": 0.1, "hold_ms": 0}"#,
+            "hold_ms: must be a number of ms in (0, 60000], got 0",
+        ),
+        (
+            r#"{"op": "set", "dir": "downlink", "k": 2, "hold_ms": 100}"#,
+            "hold_ms: only with a numeric base_prob (it is the lease of that value)",
         ),
         (r#"{"op": "set", "dir": "downlink", "k": 0.1}"#, "k: must be in [0.5, 64] (RFC 9332 uses 2), got 0.1"),
     ] {
@@ -219,7 +227,7 @@ fn bad_requests_get_one_line_errors_and_change_nothing() {
     .unwrap();
     assert_eq!(
         error(&mut p, r#"{"op": "set", "dir": "uplink", "k": 2}"#),
-        "k: pfifo has no parameters settable at run time (lfq: default_limit_pkts, flows; dualpi2: base_prob, k)"
+        "k: pfifo has no parameters settable at run time (lfq: default_limit_pkts, flows; dualpi2: base_prob, k, hold_ms)"
     );
     assert_eq!(ask(&mut p, r#"{"op": "state"}"#)["uplink"]["kind"], "pfifo");
 }

@@ -103,6 +103,10 @@ pub struct SetParams {
     pub base_prob: Option<BaseProb>,
     /// dualpi2: coupling factor.
     pub k: Option<f64>,
+    /// dualpi2: how long a fixed `base_prob` holds without a newer `set`
+    /// (a lease: an agent that dies or hangs hands p' back to the PI
+    /// controller); None: until "auto".
+    pub hold_ms: Option<f64>,
 }
 
 impl SetParams {
@@ -120,6 +124,9 @@ impl SetParams {
         }
         if self.k.is_some() {
             v.push("k");
+        }
+        if self.hold_ms.is_some() {
+            v.push("hold_ms");
         }
         v
     }

@@ -207,6 +207,10 @@ pub struct Counters {
     pub overload_updates: u64,
     pub p_sum: f64,
     pub p_max: f64,
+    /// Fixed p' values whose lease (`hold_ms`) ran out, handing p' back to the PI controller.
+    pub lease_expiries: u64,
+    /// PI updates during which p' was fixed through the control socket.
+    pub manual_updates: u64,
 }
 
 pub struct DualPi2 {
@@ -217,6 +221,8 @@ pub struct DualPi2 {
     p: f64,
     /// p' is fixed by the control socket (the PI controller is paused).
     manual: bool,
+    /// ... until this instant (the `set`'s `hold_ms` lease), or for good (None).
+    manual_until: Option<Nanos>,
     q_prev: Nanos,
     next_update: Nanos,
     /// recur() accumulator of the L marking decision.
@@ -236,6 +242,7 @@ impl DualPi2 {
             q: [Fifo::default(), Fifo::default()],
             p: 0.0,
             manual: false,
+            manual_until: None,
             q_prev: 0,
             next_update: 0,
             recur_l: 0.0,
@@ -317,7 +324,14 @@ impl DualPi2 {
         let mut p =
             self.p + self.prm.alpha_hz * (s(qd) - s(self.prm.target)) + self.prm.beta_hz * (s(qd) - s(self.q_prev));
         p = p.clamp(0.0, self.p_ceiling());
+        if self.manual && self.manual_until.is_some_and(|until| now >= until) {
+            // The agent did not renew its lease: the PI controller takes over from this update.
+            self.manual = false;
+            self.manual_until = None;
+            self.counters.lease_expiries += 1;
+        }
         if self.manual {
+            self.counters.manual_updates += 1;
             p = self.p; // fixed through the control socket: the PI controller only watches
         }
         self.p = p;
@@ -512,6 +526,8 @@ impl Qdisc for DualPi2 {
             "p_prime_max": c.p_max,
             "pi_updates": c.updates,
             "overload_updates": c.overload_updates,
+            "manual_updates": c.manual_updates,
+            "lease_expiries": c.lease_expiries,
             "packets_in": {"classic": c.packets_in[C], "l4s": c.packets_in[L]},
             "limit_drops": {"classic": c.limit_drops[C], "l4s": c.limit_drops[L]},
             "l4s_native_marks": c.l_native_marks,
@@ -528,8 +544,8 @@ impl Qdisc for DualPi2 {
         self.state_for_control(now)
     }
 
-    fn control_set(&mut self, set: &SetParams, _now: Nanos) -> Result<SetApplied, String> {
-        self.set_from_control(set)
+    fn control_set(&mut self, set: &SetParams, now: Nanos) -> Result<SetApplied, String> {
+        self.set_from_control(set, now)
     }
 
     fn drain(&mut self) -> Vec<Packet> {

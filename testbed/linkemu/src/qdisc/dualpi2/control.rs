@@ -14,7 +14,10 @@
 //! PI controller: it keeps running its update every tupdate (so `qdelay_ms`
 //! stays current and the derivative term has a fresh previous value when
 //! it resumes) but leaves p' alone; `base_prob` = "auto" resumes it from the
-//! p' in place.  `k` (0.5..64, as the config) changes the coupling at once;
+//! p' in place.  With `hold_ms` the fixed value is a lease: unless another
+//! `set` renews it, the first PI update at or after `hold_ms` resumes the
+//! controller (counted in `lease_expiries`), so a router agent that dies or
+//! hangs leaves plain DualPI2 behind, not a frozen p'.  `k` (0.5..64, as the config) changes the coupling at once;
 //! without drop_on_overload a p' above the new 1/k is lowered to it.
 
 use super::{Classifier, DualPi2, Scheduler, C, L};
@@ -33,6 +36,13 @@ impl DualPi2 {
         s.params = vec![
             ("base_prob", Scalar::F(self.p)),
             ("pi", Scalar::S(if self.manual { "manual" } else { "auto" })),
+            (
+                "hold_left_ms",
+                Scalar::F(match (self.manual, self.manual_until) {
+                    (true, Some(until)) => ms(until.saturating_sub(now)),
+                    _ => -1.0,
+                }),
+            ),
             ("p_c", Scalar::F(self.p_c())),
             ("p_cl", Scalar::F(self.p_cl().min(1.0))),
             ("k", Scalar::F(self.prm.k)),
@@ -54,6 +64,8 @@ impl DualPi2 {
             ),
             ("drop_on_overload", Scalar::B(self.prm.drop_on_overload)),
             ("pi_updates", Scalar::U(c.updates)),
+            ("manual_updates", Scalar::U(c.manual_updates)),
+            ("lease_expiries", Scalar::U(c.lease_expiries)),
             ("overload_updates", Scalar::U(c.overload_updates)),
             ("classic_packets_in", Scalar::U(c.packets_in[C])),
             ("l4s_packets_in", Scalar::U(c.packets_in[L])),
@@ -71,8 +83,8 @@ impl DualPi2 {
     }
 
     /// `base_prob` and `k` (module comment); all or nothing.
-    pub(super) fn set_from_control(&mut self, set: &SetParams) -> Result<SetApplied, String> {
-        set.only("dualpi2", &["base_prob", "k"])?;
+    pub(super) fn set_from_control(&mut self, set: &SetParams, now: Nanos) -> Result<SetApplied, String> {
+        set.only("dualpi2", &["base_prob", "k", "hold_ms"])?;
         if let Some(k) = set.k {
             if !(k.is_finite() && (0.5..=64.0).contains(&k)) {
                 return Err(format!("k: must be in [0.5, 64] (RFC 9332 uses 2), got {k}"));
@@ -98,8 +110,15 @@ impl DualPi2 {
                 applied.params.push(("base_prob_was", Scalar::F(self.p)));
                 self.p = p;
                 self.manual = true;
+                self.manual_until = set.hold_ms.map(|h| now + (h * 1e6) as Nanos);
+                if let Some(h) = set.hold_ms {
+                    applied.params.push(("hold_ms", Scalar::F(h)));
+                }
             }
-            Some(BaseProb::Auto) => self.manual = false,
+            Some(BaseProb::Auto) => {
+                self.manual = false;
+                self.manual_until = None;
+            }
             None => {}
         }
         applied.params.push(("base_prob", Scalar::F(self.p)));
@@ -126,7 +145,7 @@ mod tests {
             q.enqueue(Packet::from_frame(&build::ipv4_udp([2; 6], [4; 6], 1500, Ecn::NotEct), 0), i).unwrap();
         }
         let set = |p: BaseProb| SetParams { base_prob: Some(p), ..Default::default() };
-        let a = q.set_from_control(&set(BaseProb::Fixed(0.05))).unwrap();
+        let a = q.set_from_control(&set(BaseProb::Fixed(0.05)), 0).unwrap();
         assert_eq!(get(&a.params, "base_prob"), Scalar::F(0.05));
         let mut t = 0;
         for _ in 0..20 {
@@ -138,13 +157,47 @@ mod tests {
         assert_eq!(get(&s.params, "p_c"), Scalar::F(0.05 * 0.05));
         assert_eq!(get(&s.params, "classic_pkts"), Scalar::U(50));
         assert!(matches!(get(&s.params, "qdelay_ms"), Scalar::F(d) if d > 300.0), "{s:?}");
-        q.set_from_control(&set(BaseProb::Auto)).unwrap();
+        q.set_from_control(&set(BaseProb::Auto), t).unwrap();
         q.on_timer(t + 16_000_000);
         assert!(q.p_prime() > 0.05, "the PI controller resumed: p' = {}", q.p_prime());
         // k changes the coupling at once.
-        let a = q.set_from_control(&SetParams { k: Some(4.0), ..Default::default() }).unwrap();
+        let a = q.set_from_control(&SetParams { k: Some(4.0), ..Default::default() }, t).unwrap();
         assert_eq!(get(&a.params, "k_was"), Scalar::F(2.0));
         assert_eq!(q.p_cl(), 4.0 * q.p_prime());
+    }
+
+    #[test]
+    fn a_lease_that_is_not_renewed_hands_p_back_to_the_pi_controller() {
+        let mut q = DualPi2::new(Params::default(), 1);
+        for i in 0..50 {
+            q.enqueue(Packet::from_frame(&build::ipv4_udp([2; 6], [4; 6], 1500, Ecn::NotEct), 0), i).unwrap();
+        }
+        let lease = |p: f64| SetParams { base_prob: Some(BaseProb::Fixed(p)), hold_ms: Some(50.0), ..Default::default() };
+        let a = q.set_from_control(&lease(0.01), 0).unwrap();
+        assert_eq!(get(&a.params, "hold_ms"), Scalar::F(50.0));
+        // Renewed every 32 ms (two PI updates): p' stays the agent's.
+        let mut t = 0;
+        for _ in 0..10 {
+            t += 16_000_000;
+            q.on_timer(t);
+            t += 16_000_000;
+            q.on_timer(t);
+            q.set_from_control(&lease(0.01), t).unwrap();
+        }
+        assert_eq!((q.p_prime(), q.counters.lease_expiries), (0.01, 0));
+        assert!(matches!(get(&q.state_for_control(t).params, "hold_left_ms"), Scalar::F(h) if (h - 50.0).abs() < 1e-9));
+        // The agent goes quiet: the first update at or after 50 ms resumes the PI controller,
+        // which raises p' for the standing 100+ ms queue.
+        for _ in 0..3 {
+            t += 16_000_000;
+            q.on_timer(t);
+        }
+        assert_eq!(q.counters.lease_expiries, 0, "48 ms < 50 ms: still the agent's");
+        t += 16_000_000;
+        q.on_timer(t);
+        assert_eq!((q.counters.lease_expiries, q.manual), (1, false));
+        assert!(q.p_prime() > 0.01, "PI resumed: p' = {}", q.p_prime());
+        assert_eq!(get(&q.state_for_control(t).params, "hold_left_ms"), Scalar::F(-1.0));
     }
 
     #[test]
@@ -156,7 +209,7 @@ mod tests {
         assert!(q.control_set(&bad, 0).unwrap_err().starts_with("k: must be in [0.5, 64]"));
         assert_eq!((q.p_prime(), q.params().k, q.manual), (0.0, 2.0, false));
         let e = q.control_set(&SetParams { default_limit_pkts: Some(5), ..Default::default() }, 0).unwrap_err();
-        assert_eq!(e, "default_limit_pkts: not settable on dualpi2 (settable: base_prob, k)");
+        assert_eq!(e, "default_limit_pkts: not settable on dualpi2 (settable: base_prob, k, hold_ms)");
         // Without drop_on_overload p' stays within 1/k.
         let mut q = DualPi2::new(Params { drop_on_overload: false, ..Params::default() }, 1);
         let e = q.control_set(&SetParams { base_prob: Some(BaseProb::Fixed(0.6)), ..Default::default() }, 0);

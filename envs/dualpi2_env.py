@@ -1,0 +1,229 @@
+"""Gymnasium environment: set DualPI2's base probability every control interval on a live emulated link.
+
+Paper 000 trained its A3C agent offline on kernel logs.  Here every episode is a
+short *live* run on the namespace testbed (root): linkemu's DualPI2 bottleneck
+between two clients and a server, real TCP flows (Classic: CUBIC or Reno,
+Not-ECT, in the C queue; L4S: ccswitch's BPF Prague, DSCP 40, in the L queue),
+and the agent in control of p' through linkemu's control socket from the first
+step.  Observation, action mapping and reward are those the router runs
+(:mod:`ccswitch.testbed.runs.dualpi2_agent`: one definition for training and
+deployment).
+
+Spaces::
+
+    observation_space  Box(-1, 2, (12,), float32)   OBS_FEATURES, in order: p', Classic and L4S head delay,
+                                                     the PI input, Classic and L4S backlog (link time),
+                                                     utilisation, offered load, Classic drop and mark
+                                                     fractions, L4S mark fraction, Classic delay trend
+    action_space       Box(-1, 1, (1,), float32)    p' <- p' * 2**a (clipped to 1e-3..1)
+
+Episode (``reset``): a fresh condition drawn from :class:`ConditionSpace` with the
+env's RNG: link rate log-uniform 10..100 Mbit/s, base RTT 4..40 ms, 1-4
+Classic flows (one CCA, CUBIC or Reno) and 0-3 Prague flows; linkemu is
+restarted with it, the flows start, and the first observation is taken one
+interval later.  ``step`` sets p', waits until the next interval boundary (the
+clock is the wall clock: training is real time) and observes.  An episode is
+``steps`` intervals (paper 000: 100).  With ``controller="pi"`` the action is
+ignored and DualPI2's own PI controller keeps p' (the baseline's reward on the
+same condition).
+
+The env owns one topology for its lifetime (``close()`` removes it; it is also
+a context manager).  Several envs run side by side (A3C's workers): each has its
+own namespaces and control socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from ccswitch.models.dualpi2_actor import (
+    LEASE_INTERVALS,
+    OBS_FEATURES,
+    Observer,
+    next_base_prob,
+    reward,
+)
+
+__all__ = ["Condition", "ConditionSpace", "DualPi2Env"]
+
+L4S_DSCP = 40
+FIRST_PORT = 5301
+_PRAGUE_LOCK = threading.Lock()  # envs opening side by side (A3C workers) register Prague once
+
+
+@dataclass(frozen=True)
+class Condition:
+    rate_mbit: float
+    rtt_ms: float
+    classic_cca: str
+    n_classic: int
+    n_l4s: int
+
+    def label(self) -> str:
+        return (f"{self.rate_mbit:.0f} Mbit/s, {self.rtt_ms:.0f} ms, {self.n_classic} {self.classic_cca} + "
+                f"{self.n_l4s} prague")
+
+
+@dataclass(frozen=True)
+class ConditionSpace:
+    """Where episodes are drawn from (module docstring)."""
+
+    rate_mbit: tuple[float, float] = (10.0, 100.0)
+    rtt_ms: tuple[float, float] = (4.0, 40.0)
+    classic_ccas: tuple[str, ...] = ("cubic", "reno")
+    n_classic: tuple[int, int] = (1, 4)
+    n_l4s: tuple[int, int] = (0, 3)
+
+    def draw(self, rng: np.random.Generator) -> Condition:
+        lo, hi = math.log(self.rate_mbit[0]), math.log(self.rate_mbit[1])
+        return Condition(
+            rate_mbit=round(math.exp(rng.uniform(lo, hi)), 1),
+            rtt_ms=round(float(rng.uniform(*self.rtt_ms)), 1),
+            classic_cca=str(rng.choice(self.classic_ccas)),
+            n_classic=int(rng.integers(self.n_classic[0], self.n_classic[1] + 1)),
+            n_l4s=int(rng.integers(self.n_l4s[0], self.n_l4s[1] + 1)),
+        )
+
+
+def dualpi2_queue(**overrides: Any) -> dict[str, Any]:
+    """The L4S scenarios' DualPI2 (Linux defaults, RFC 9332; L4S = DSCP 40): testbed/scenarios/l4s-*.toml."""
+    q: dict[str, Any] = {"kind": "dualpi2", "limit_pkts": 10000, "target_ms": 15, "tupdate_ms": 16,
+                         "alpha_hz": 0.16, "beta_hz": 3.2, "k": 2, "l_min_th_ms": 1, "l_min_qlen_pkts": 1,
+                         "classifier": "dscp", "l_dscp": [L4S_DSCP], "scheduler": "wrr", "c_weight_pct": 10,
+                         "drop_on_overload": True}
+    q.update(overrides)
+    return q
+
+
+class DualPi2Env(gym.Env):
+    """Module docstring.  Needs root, BPF (Prague) and the linkemu binary."""
+
+    metadata = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
+
+    def __init__(self, *, interval_s: float = 0.05, steps: int = 100, space: ConditionSpace | None = None,
+                 controller: str = "agent", workdir: str | Path | None = None, target_ms: float = 15.0) -> None:
+        if controller not in ("agent", "pi"):
+            raise ValueError(f"controller must be 'agent' or 'pi', got {controller!r}")
+        self.observation_space = gym.spaces.Box(-1.0, 2.0, (len(OBS_FEATURES),), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.interval_s = interval_s
+        self.steps = steps
+        self.space = space or ConditionSpace()
+        self.controller = controller
+        self.target_ms = target_ms
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="dualpi2-env-"))
+        self.condition: Condition | None = None
+        self._stack = contextlib.ExitStack()
+        self._episode: contextlib.ExitStack | None = None
+        self._topo: Any = None
+        self._ctl: Any = None
+        self._observer: Observer | None = None
+        self._t = 0
+        self._next = 0.0
+        self._p = 0.0
+        self._episodes = 0
+
+    # -- resources --
+
+    def _open(self) -> None:
+        from ccswitch.bpf.prague import ensure_prague, make_default
+        from ccswitch.testbed.runs.topology import Topology
+
+        self._topo = self._stack.enter_context(Topology(2))
+        with _PRAGUE_LOCK:
+            handle = ensure_prague()
+        self._stack.callback(handle.close)
+        make_default(self._topo.server)        # listeners accept AccECN (testbed/runs/runner.py _prague_defaults)
+        make_default(self._topo.clients[1])    # client 2 sends L4S
+
+    def _start_episode(self, cond: Condition) -> None:
+        from ccswitch.testbed.runs.emulator import Emulator, emulator_config, link
+        from ccswitch.testbed.runs.iperf import IperfFlow, start_server
+        from ccswitch.testbed.runs.linkemu_control import LinkemuControl
+
+        topo = self._topo
+        ep = contextlib.ExitStack()
+        self._episode = ep
+        sock = self.workdir / "linkemu.sock"
+        cfg = emulator_config(
+            topo.client_ifs, topo.server_if, seed=self._episodes + 1, interval_ms=1000,
+            uplink=link(cond.rate_mbit, cond.rtt_ms / 2, qdisc=dualpi2_queue(target_ms=self.target_ms)),
+            downlink=link(cond.rate_mbit, cond.rtt_ms / 2, limit_pkts=1000),
+            control={"socket": str(sock)})
+        ep.enter_context(Emulator(topo.router, cfg, stats_dir=self.workdir / "emulator"))
+        self._ctl = ep.enter_context(LinkemuControl(sock, connect_timeout=5.0))
+        flows = [(1, cond.classic_cca)] * cond.n_classic + [(2, "prague")] * cond.n_l4s
+        for i, (client, cca) in enumerate(flows):
+            port = FIRST_PORT + i
+            ep.enter_context(start_server(topo.server, port, bind=topo.server_addr))
+            ep.enter_context(IperfFlow(topo.clients[client - 1], topo.server_addr, port, cca=cca,
+                                       seconds=3600, interval=1.0))
+
+    def _end_episode(self) -> None:
+        if self._episode is not None:
+            ep, self._episode, self._ctl = self._episode, None, None
+            ep.close()
+
+    def close(self) -> None:
+        self._end_episode()
+        self._stack.close()
+        self._topo = None
+
+    def __enter__(self) -> DualPi2Env:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- gym API --
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._end_episode()
+        if self._topo is None:
+            self._open()
+        cond = (options or {}).get("condition") or self.space.draw(self.np_random)
+        self.condition = cond
+        self._episodes += 1
+        self._start_episode(cond)
+        self._observer = Observer(cond.rate_mbit, self.target_ms)
+        self._t = 0
+        self._next = time.monotonic()
+        obs, raw = self._observe()  # counters start here
+        self._wait()
+        obs, raw = self._observe()
+        self._p = raw["p_prime"]
+        return obs, {"condition": cond, **raw}
+
+    def _wait(self) -> None:
+        self._next += self.interval_s
+        time.sleep(max(self._next - time.monotonic(), 0.0))
+
+    def _observe(self) -> tuple[np.ndarray, dict[str, float]]:
+        assert self._ctl is not None and self._observer is not None
+        st = self._ctl.state("uplink")
+        return self._observer.update(st["uplink"], float(st["t_s"]))
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        assert self._ctl is not None, "reset() first"
+        a = float(np.asarray(action, dtype=np.float64).reshape(-1)[0])
+        if self.controller == "agent":
+            self._p = next_base_prob(self._p, a)
+            self._ctl.set("uplink", base_prob=self._p, hold_ms=LEASE_INTERVALS * self.interval_s * 1000)
+        self._wait()
+        obs, raw = self._observe()
+        self._p = raw["p_prime"]
+        self._t += 1
+        r = reward(raw, self.target_ms)
+        return obs, r, False, self._t >= self.steps, {"condition": self.condition, **raw}

@@ -1,0 +1,443 @@
+"""A3C that learns to set DualPI2's base probability (paper 000), trained on live emulated links.
+
+Read top to bottom: the hyperparameters, the two networks, one worker's loop,
+the driver that starts the workers and exports the actor, the closed-loop
+comparison with the PI controller.
+
+Asynchronous advantage actor-critic (Mnih et al. 2016, as paper 000 uses it):
+W workers, each with its own live environment
+(:class:`ccswitch.envs.dualpi2_env.DualPi2Env`: its own namespaces, linkemu
+and flows) and a local copy of the networks, act in real time.  Every
+``t_max`` steps (paper 000's ``args_update_interval`` = 5) a worker computes
+n-step returns R_t = r_t + gamma R_{t+1}, bootstrapped with the local
+critic's V(s) at the cut, the advantage A = R - V(s), and the gradients of
+
+    actor:  -log pi(a|s) A - beta H(pi(.|s))      (Gaussian pi: mean tanh, std softplus)
+    critic: (R - V(s))^2
+
+on its local copy; it applies them to the global networks (one Adam per
+network, shared, under a lock) and copies the global weights back.  Workers
+never wait for each other.  Networks as paper 000 (Algorithms 1-2): actor
+12 -> 32 -> 32 -> (mean, std), critic 12 -> 32 -> 32 -> 16 -> 1, ReLU.
+
+Budget as the paper: 100 episodes of 100 steps in all (``episodes`` counts
+across workers).  An episode is one condition drawn by the env (link rate,
+RTT, Classic CCA and flow counts) and lasts ``steps x interval_s`` (5 s).
+
+Exported: the actor's mean network (``a = tanh(mu(s))``, deterministic) as an
+actor file (:func:`ccswitch.testbed.runs.dualpi2_agent.save_actor`, numpy only
+at run time), its training curve (CSV + PNG) and the record of the run.
+
+    sudo .venv/bin/python -m ccswitch.models.a3c_dualpi2 train --out results/a3c [--workers 2] [--episodes 100]
+    sudo .venv/bin/python -m ccswitch.models.a3c_dualpi2 pi-baseline results/a3c   # PI on the same conditions
+    sudo .venv/bin/python -m ccswitch.models.a3c_dualpi2 compare results/a3c/actor.json --episodes 12
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ccswitch.envs.dualpi2_env import Condition, ConditionSpace, DualPi2Env
+from ccswitch.models.dualpi2_actor import OBS_FEATURES, load_actor, save_actor
+
+__all__ = ["Hyperparameters", "compare", "train"]
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    episodes: int = 100          # in all, across workers (paper 000: 100)
+    steps: int = 100             # per episode (paper 000: 100)
+    interval_s: float = 0.05     # control interval: ~3 PI updates (16 ms), ~1-10 RTTs of the drawn paths
+    workers: int = 2             # one per core here; each runs its own emulated link in real time
+    t_max: int = 5               # steps between global updates (paper 000: args_update_interval = 5)
+    gamma: float = 0.9           # the effect of a change of p' shows within ~1-3 intervals
+    lr_actor: float = 3e-4
+    lr_critic: float = 1e-3
+    entropy_beta: float = 0.01
+    std_min: float = 0.05        # the Gaussian's std floor (exploration never stops entirely)
+    grad_clip: float = 5.0       # global-norm clip per update
+    actor_hidden: tuple[int, ...] = (32, 32)
+    critic_hidden: tuple[int, ...] = (32, 32, 16)
+    seed: int = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _quiet_tensorflow() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+
+def build_networks(hp: Hyperparameters) -> tuple[Any, Any]:
+    """(actor, critic) Keras models: actor s -> (mean in [-1, 1], std > 0), critic s -> V(s)."""
+    import keras
+
+    s = keras.Input((len(OBS_FEATURES),))
+    x = s
+    for n in hp.actor_hidden:
+        x = keras.layers.Dense(n, activation="relu")(x)
+    mean = keras.layers.Dense(1, activation="tanh", name="mean")(x)
+    std = keras.layers.Dense(1, activation="softplus", name="std")(x)
+    actor = keras.Model(s, [mean, std])
+    c = keras.Input((len(OBS_FEATURES),))
+    y = c
+    for n in hp.critic_hidden:
+        y = keras.layers.Dense(n, activation="relu")(y)
+    critic = keras.Model(c, keras.layers.Dense(1)(y))
+    return actor, critic
+
+
+def export_mean_network(actor: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The actor's hidden layers and its mean head as (kernels, biases) for the actor file."""
+    dense = [la for la in actor.layers if la.__class__.__name__ == "Dense" and la.name != "std"]
+    return [la.get_weights()[0] for la in dense], [la.get_weights()[1] for la in dense]
+
+
+class Shared:
+    """What the workers share: global networks, optimisers, the episode counter and the curve."""
+
+    def __init__(self, hp: Hyperparameters) -> None:
+        import keras
+
+        self.hp = hp
+        self.actor, self.critic = build_networks(hp)
+        self.opt_actor = keras.optimizers.Adam(hp.lr_actor)
+        self.opt_critic = keras.optimizers.Adam(hp.lr_critic)
+        self.lock = threading.Lock()
+        self.claimed = 0
+        self.updates = 0
+        self.curve: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self.t0 = time.monotonic()
+
+    def claim_episode(self) -> int | None:
+        with self.lock:
+            if self.claimed >= self.hp.episodes:
+                return None
+            self.claimed += 1
+            return self.claimed
+
+
+def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
+    """One A3C worker: its env and local networks, until the episode budget is spent."""
+    import tensorflow as tf
+
+    hp = shared.hp
+    actor, critic = build_networks(hp)
+
+    def sync() -> None:
+        actor.set_weights(shared.actor.get_weights())
+        critic.set_weights(shared.critic.get_weights())
+
+    @tf.function(reduce_retracing=True)
+    def gradients(states: Any, raw_actions: Any, returns: Any) -> tuple[Any, Any]:
+        with tf.GradientTape() as ta, tf.GradientTape() as tc:
+            v = tf.squeeze(critic(states), -1)
+            adv = tf.stop_gradient(returns - v)
+            mean, std = actor(states)
+            std = std + hp.std_min
+            logp = -0.5 * tf.square((raw_actions - mean) / std) - tf.math.log(std) - 0.5 * np.log(2 * np.pi)
+            entropy = tf.math.log(std) + 0.5 * np.log(2 * np.pi * np.e)
+            actor_loss = -tf.reduce_mean(tf.squeeze(logp, -1) * adv) - hp.entropy_beta * tf.reduce_mean(entropy)
+            critic_loss = tf.reduce_mean(tf.square(returns - v))
+        ga, _ = tf.clip_by_global_norm(ta.gradient(actor_loss, actor.trainable_variables), hp.grad_clip)
+        gc, _ = tf.clip_by_global_norm(tc.gradient(critic_loss, critic.trainable_variables), hp.grad_clip)
+        return ga, gc
+
+    rng = np.random.default_rng(hp.seed * 1000 + index)
+    sync()
+    with DualPi2Env(interval_s=hp.interval_s, steps=hp.steps, workdir=workdir) as env:
+        while (episode := shared.claim_episode()) is not None:
+            obs, info = env.reset(seed=hp.seed * 100_000 + episode)
+            cond: Condition = info["condition"]
+            buf: list[tuple[np.ndarray, float, float]] = []
+            total, metrics = 0.0, {"classic_delay_ms": 0.0, "utilisation": 0.0, "classic_drop_frac": 0.0}
+            for t in range(hp.steps):
+                mean, std = actor(obs[None, :], training=False)
+                raw_a = float(rng.normal(float(mean[0, 0]), float(std[0, 0]) + hp.std_min))
+                nxt, r, _, trunc, info = env.step([np.clip(raw_a, -1.0, 1.0)])
+                buf.append((obs, raw_a, r))
+                total += r
+                for k in metrics:
+                    metrics[k] += info[k] / hp.steps
+                obs = nxt
+                if len(buf) == hp.t_max or trunc or t == hp.steps - 1:
+                    # A time limit, not a terminal state: bootstrap from V(s') at every cut.
+                    ret = float(critic(obs[None, :], training=False)[0, 0])
+                    returns = []
+                    for _, _, rr in reversed(buf):
+                        ret = rr + hp.gamma * ret
+                        returns.append(ret)
+                    returns.reverse()
+                    ga, gc = gradients(np.stack([b[0] for b in buf]).astype(np.float32),
+                                       np.array([[b[1]] for b in buf], np.float32), np.array(returns, np.float32))
+                    with shared.lock:
+                        shared.opt_actor.apply_gradients(zip(ga, shared.actor.trainable_variables, strict=True))
+                        shared.opt_critic.apply_gradients(zip(gc, shared.critic.trainable_variables, strict=True))
+                        shared.updates += 1
+                    sync()
+                    buf = []
+            row = {"episode": episode, "worker": index, "reward": round(total, 3),
+                   "mean_reward": round(total / hp.steps, 4), "condition": cond.label(),
+                   **{k: round(v, 4) for k, v in metrics.items()}, "t_s": round(time.monotonic() - shared.t0, 1)}
+            with shared.lock:
+                shared.curve.append(row)
+                done = len(shared.curve)
+            if progress:
+                el = time.monotonic() - shared.t0
+                eta = el / done * (hp.episodes - done)
+                print(f"a3c: episode {done}/{hp.episodes} (worker {index}) reward/step {row['mean_reward']:+.3f} "
+                      f"C delay {row['classic_delay_ms']:.1f} ms util {row['utilisation']:.2f} "
+                      f"[{cond.label()}] {el:.0f} s, ETA {eta:.0f} s", flush=True)
+
+
+def train(hp: Hyperparameters, out: Path, *, progress: bool = True) -> Path:
+    """Train with *hp*; writes actor.json, curve.csv, curve.png and record.json into *out*."""
+    _quiet_tensorflow()
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(hp.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    shared = Shared(hp)
+
+    def run(i: int) -> None:
+        try:
+            worker(shared, i, out / f"worker-{i}", progress)
+        except Exception as e:  # one worker's failure is reported; the others go on
+            shared.errors.append(f"worker {i}: {type(e).__name__}: {e}")
+            print(f"a3c: worker {i} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+    from ccswitch.bpf.prague import ensure_prague
+
+    handle = ensure_prague()  # once, before the workers' envs look for it
+    threads = [threading.Thread(target=run, args=(i,), name=f"a3c-{i}") for i in range(hp.workers)]
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        handle.close()
+    if not shared.curve:
+        raise RuntimeError("no episode finished: " + "; ".join(shared.errors))
+    curve = sorted(shared.curve, key=lambda r: r["episode"])
+    _write_csv(out / "curve.csv", curve)
+    kernels, biases = export_mean_network(shared.actor)
+    record = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hyperparameters": hp.as_dict(),
+        "condition_space": asdict(ConditionSpace()), "episodes_done": len(curve), "updates": shared.updates,
+        "wall_time_s": round(time.monotonic() - shared.t0, 1), "errors": shared.errors,
+        "reward_first10": round(float(np.mean([r["mean_reward"] for r in curve[:10]])), 4),
+        "reward_last10": round(float(np.mean([r["mean_reward"] for r in curve[-10:]])), 4),
+        "versions": {"tensorflow": tf.__version__, "keras": keras.__version__, "numpy": np.__version__,
+                     "python": platform.python_version()},
+    }
+    path = out / "actor.json"
+    save_actor(path, kernels=kernels, biases=biases, interval_s=hp.interval_s, training=record)
+    (out / "record.json").write_text(json.dumps(record, indent=2) + "\n")
+    plot_curve(curve, out / "curve.png", baseline=None)
+    return path
+
+
+# --------------------------------------------------------- closed loop ---
+
+
+def compare(actor_path: Path, episodes: int, out: Path, *, seed: int = 7, steps: int = 100,
+            progress: bool = True) -> list[dict[str, Any]]:
+    """The exported actor (deterministic) against DualPI2's PI controller on the same drawn conditions.
+
+    Both controllers see the same *episodes* conditions (drawn with *seed*), one after the other on one
+    env; rows go to compare.csv.  This is the training env's own yardstick (reward, C delay, utilisation,
+    drops); the scenario runs (docs/l4s.md) are the end-to-end comparison.
+    """
+    actor = load_actor(actor_path)
+    space = ConditionSpace()
+    rng = np.random.default_rng(seed)
+    conds = [space.draw(rng) for _ in range(episodes)]
+    rows: list[dict[str, Any]] = []
+    out.mkdir(parents=True, exist_ok=True)
+    with DualPi2Env(interval_s=actor.interval_s, steps=steps, workdir=out / "env") as env:
+        for i, cond in enumerate(conds, 1):
+            for ctrl in ("pi", "agent"):
+                env.controller = ctrl
+                obs, _ = env.reset(options={"condition": cond})
+                total, m = 0.0, {"classic_delay_ms": 0.0, "utilisation": 0.0, "classic_drop_frac": 0.0,
+                                 "l4s_delay_ms": 0.0, "p_prime": 0.0}
+                for _ in range(steps):
+                    obs, r, _, _, info = env.step([actor.act(obs)])
+                    total += r
+                    for k in m:
+                        m[k] += info[k] / steps
+                rows.append({"episode": i, "controller": ctrl, "condition": cond.label(),
+                             "mean_reward": round(total / steps, 4), **{k: round(v, 5) for k, v in m.items()}})
+                if progress:
+                    print(f"compare {i}/{episodes} {ctrl:5s} reward/step {total / steps:+.3f} "
+                          f"C delay {m['classic_delay_ms']:.1f} ms util {m['utilisation']:.3f} "
+                          f"drops {100 * m['classic_drop_frac']:.2f} % [{cond.label()}]", flush=True)
+    _write_csv(out / "compare.csv", rows)
+    return rows
+
+
+def pi_baseline(run_dir: Path, *, workers: int = 2, progress: bool = True) -> list[dict[str, Any]]:
+    """DualPI2's PI controller on the very conditions of a training run's episodes (same env seeds).
+
+    Episode e of training drew its condition with seed ``hp.seed * 100000 + e``; replaying those seeds with
+    ``controller="pi"`` gives each episode's reward under the PI controller, so the curve can show the
+    agent's reward *minus the PI's on the same condition* (the conditions alone swing the reward by more
+    than the controller does).  Writes pi_baseline.csv and redraws curve.png.
+    """
+    record = json.loads((run_dir / "record.json").read_text())
+    hp = Hyperparameters(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["hyperparameters"].items()})
+    curve = _read_csv(run_dir / "curve.csv")
+    todo = [int(r["episode"]) for r in curve]
+    rows: list[dict[str, Any]] = []
+    lock = threading.Lock()
+    t0 = time.monotonic()
+
+    def run(i: int) -> None:
+        with DualPi2Env(interval_s=hp.interval_s, steps=hp.steps, controller="pi",
+                        workdir=run_dir / f"pi-{i}") as env:
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    episode = todo.pop(0)
+                _, info = env.reset(seed=hp.seed * 100_000 + episode)
+                total, m = 0.0, {"classic_delay_ms": 0.0, "utilisation": 0.0, "classic_drop_frac": 0.0}
+                for _ in range(hp.steps):
+                    _, r, _, _, step_info = env.step([0.0])
+                    total += r
+                    for k in m:
+                        m[k] += step_info[k] / hp.steps
+                with lock:
+                    rows.append({"episode": episode, "mean_reward": round(total / hp.steps, 4),
+                                 "condition": info["condition"].label(), **{k: round(v, 4) for k, v in m.items()}})
+                    if progress:
+                        print(f"pi baseline {len(rows)}/{len(curve)} reward/step {total / hp.steps:+.3f} "
+                              f"[{info['condition'].label()}] {time.monotonic() - t0:.0f} s", flush=True)
+
+    from ccswitch.bpf.prague import ensure_prague
+
+    handle = ensure_prague()  # once, before the workers' envs look for it
+    try:
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        handle.close()
+    rows.sort(key=lambda r: r["episode"])
+    _write_csv(run_dir / "pi_baseline.csv", rows)
+    plot_curve([{**r, "mean_reward": float(r["mean_reward"])} for r in curve], run_dir / "curve.png",
+               baseline={int(r["episode"]): float(r["mean_reward"]) for r in rows})
+    return rows
+
+
+# ----------------------------------------------------------------- output ---
+
+
+def _read_csv(path: Path) -> list[dict[str, Any]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def plot_curve(curve: list[dict[str, Any]], path: Path, *, baseline: dict[int, float] | None) -> None:
+    """Reward per step of each episode and its running mean over 10 episodes; with *baseline* (the PI
+    controller's reward on each episode's condition) a second panel shows agent minus PI per episode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ep = np.array([int(r["episode"]) for r in curve])
+    rw = np.array([float(r["mean_reward"]) for r in curve])
+    k = min(10, len(rw))
+    panels = 2 if baseline else 1
+    fig, axes = plt.subplots(panels, 1, figsize=(7, 3.4 * panels), sharex=True, squeeze=False)
+    ax = axes[0, 0]
+    ax.scatter(ep, rw, s=10, alpha=0.5, label="A3C agent (exploring), per episode")
+    ax.plot(ep[k - 1:], np.convolve(rw, np.ones(k) / k, mode="valid"), color="C0", lw=2, label=f"mean of {k}")
+    if baseline:
+        pi = np.array([baseline.get(int(e), np.nan) for e in ep])
+        ax.scatter(ep, pi, s=10, alpha=0.5, color="C1", marker="x", label="PI controller, same condition")
+        ax.plot(ep[k - 1:], np.convolve(np.nan_to_num(pi), np.ones(k) / k, mode="valid"), color="C1", lw=2)
+        d = rw - pi
+        ax2 = axes[1, 0]
+        ax2.bar(ep, d, color=np.where(d >= 0, "C2", "C3"), alpha=0.6)
+        ax2.plot(ep[k - 1:], np.convolve(np.nan_to_num(d), np.ones(k) / k, mode="valid"), color="k", lw=2,
+                 label=f"agent - PI, mean of {k}")
+        ax2.axhline(0, color="k", lw=0.8)
+        ax2.set_ylabel("agent - PI (reward/step)")
+        ax2.grid(alpha=0.3)
+        ax2.legend(loc="lower right", fontsize=8)
+    axes[-1, 0].set_xlabel("episode (100 steps of 50 ms; all workers)")
+    ax.set_ylabel("reward per step")
+    ax.set_title("A3C for DualPI2's p': training on live emulated links")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ccswitch.models.a3c_dualpi2", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train", help="train on live emulated links (root)")
+    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--episodes", type=int, default=Hyperparameters.episodes)
+    t.add_argument("--workers", type=int, default=Hyperparameters.workers)
+    t.add_argument("--seed", type=int, default=Hyperparameters.seed)
+    b = sub.add_parser("pi-baseline", help="the PI controller on a training run's episode conditions (root)")
+    b.add_argument("run_dir", type=Path)
+    c = sub.add_parser("compare", help="actor vs PI controller on drawn conditions (root)")
+    c.add_argument("actor", type=Path)
+    c.add_argument("--episodes", type=int, default=12)
+    c.add_argument("--seed", type=int, default=7)
+    c.add_argument("--out", type=Path, default=Path("results/a3c-compare"))
+    a = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("a3c_dualpi2: needs root (network namespaces, BPF Prague); rerun with sudo", file=sys.stderr)
+        return 2
+    if a.cmd == "train":
+        hp = Hyperparameters(episodes=a.episodes, workers=a.workers, seed=a.seed)
+        print(f"a3c: wrote {train(hp, a.out)}")
+    elif a.cmd == "pi-baseline":
+        rows = pi_baseline(a.run_dir)
+        print(f"pi baseline: {len(rows)} episodes, mean reward/step "
+              f"{np.mean([r['mean_reward'] for r in rows]):+.3f} -> {a.run_dir / 'pi_baseline.csv'}")
+    else:
+        rows = compare(a.actor, a.episodes, a.out, seed=a.seed)
+        for ctrl in ("pi", "agent"):
+            sel = [r for r in rows if r["controller"] == ctrl]
+            print(f"{ctrl:5s} reward/step {np.mean([r['mean_reward'] for r in sel]):+.3f}  C delay "
+                  f"{np.mean([r['classic_delay_ms'] for r in sel]):.1f} ms  util "
+                  f"{np.mean([r['utilisation'] for r in sel]):.3f}  drops "
+                  f"{100 * np.mean([r['classic_drop_frac'] for r in sel]):.2f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

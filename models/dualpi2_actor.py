@@ -1,0 +1,285 @@
+"""The DualPI2 actor file and what it defines: paper 000's agent's observation, action and reward.
+
+Numpy only (no TensorFlow): the router side (``testbed/runs/dualpi2_agent.py``, the
+loop beside linkemu), the training env (``envs/dualpi2_env.py``), the trainer
+(``models/a3c_dualpi2.py``) and the scenario parser (which checks an ``agent``
+file) all use these definitions.
+
+Paper 000 puts an A3C agent beside a dual-queue coupled AQM: every control
+interval it reads the queue's state and sets the marking/drop probability.
+Here the AQM is linkemu's DualPI2 (RFC 9332) and the agent talks to it through
+linkemu's control socket (:mod:`ccswitch.testbed.runs.linkemu_control`):
+
+1. ``state`` of the bottleneck direction -> the observation below (12 numbers,
+   each scaled to about 0..1 like the paper's min-max normalisation);
+2. the actor network (numpy only; trained by ``ccswitch.models.a3c_dualpi2``)
+   gives the action a in [-1, 1];
+3. p' <- clip(p' * 2**(ACTION_SCALE * a), P_MIN, P_MAX), sent as
+   ``set base_prob`` with a lease of LEASE_INTERVALS intervals (``hold_ms``): if the
+   agent dies or hangs, linkemu's PI controller takes p' back within the lease.
+
+Where this deviates from the paper, and why:
+
+* **Action**: the paper's action is p itself.  Ours is a change of p' in log
+  space (at most x2 or /2 per interval).  The state carries p', so the two
+  can express the same controllers; the relative step makes a random initial
+  policy a random walk around the current p' instead of a jump anywhere in
+  [0, 1], which is what lets 100 episodes of 100 steps learn anything.
+* **Reward**: the paper's reward is the queue delay alone, whose optimum is
+  p' = 1 (an empty queue and an idle link).  Ours (:func:`reward`) pays for
+  utilisation and charges for the Classic queue delay above DualPI2's target
+  and for Classic drops, so the optimum is the PI controller's job done
+  better: full link, Classic delay at or below target, few drops.
+* **State**: the paper lists p, queue delay, drops, queue length and bytes sent
+  per sub-queue.  DualPI2 has two queues (C and L) and one p', so the 12
+  numbers are those per class plus utilisation, offered load and the delay
+  trend (:data:`OBS_FEATURES`).
+
+The actor file (``ccswitch-dualpi2-actor``, JSON like the DQN's policy file,
+checksummed) is the one contract between training and the router; scenario
+files select it with ``agent`` in a dualpi2 queue table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .policy import PolicyError, canonical_json, decode_array, document_checksum, encode_array
+
+__all__ = ["ACTOR_FORMAT", "LEASE_INTERVALS", "OBS_FEATURES", "Actor", "ActorError", "Observer", "annotate_actor",
+           "load_actor", "next_base_prob", "reward", "save_actor"]
+
+ACTOR_FORMAT = "ccswitch-dualpi2-actor"
+ACTOR_VERSION = 1
+
+OBS_FEATURES: tuple[str, ...] = (
+    "p_prime",             # p' now (0..1)
+    "classic_delay",       # sojourn of the Classic head now / 50 ms
+    "l4s_delay",           # sojourn of the L4S head now / 5 ms
+    "pi_qdelay",           # the PI input at its last update (max head sojourn) / 50 ms
+    "classic_backlog",     # Classic bytes queued, in link time / 50 ms
+    "l4s_backlog",         # L4S bytes queued, in link time / 5 ms
+    "utilisation",         # bytes delivered over the interval / what the rate allows
+    "offered_load",        # bytes offered over the interval / what the rate allows
+    "classic_drop_frac",   # Classic drops (AQM, overload, limit) / Classic packets in, x 10
+    "classic_mark_frac",   # Classic CE marks / Classic packets in, x 10
+    "l4s_mark_frac",       # L4S marks (native + coupled) / L4S packets in
+    "classic_delay_trend",  # change of classic_delay since the last interval (-1..1)
+)
+"""The observation, in order (paper 000's Table 1 state, for DualPI2's two queues)."""
+
+CLIP = (-1.0, 2.0)
+"""Every feature is clipped to this range (a burst can exceed the scale; the network never sees more)."""
+ACTION_SCALE = 1.0
+"""a = +-1 doubles / halves p'."""
+P_MIN, P_MAX = 1e-3, 1.0
+"""p' stays within these (P_MIN: p_C = 1e-6, i.e. no Classic drops; a multiplicative step needs p' > 0)."""
+LEASE_INTERVALS = 3
+"""The lease of each set (hold_ms) in control intervals: one late interval does not hand p' back."""
+
+
+class ActorError(ValueError):
+    """An actor file is missing, unreadable, corrupt or does not fit this ccswitch."""
+
+
+# ----------------------------------------------------------- observation ---
+
+
+def _num(d: Mapping[str, Any], key: str) -> float:
+    v = d.get(key, 0.0)
+    return float(v) if isinstance(v, int | float) and math.isfinite(float(v)) else 0.0
+
+
+@dataclass
+class Observer:
+    """Turns successive control-socket states of one direction into observations and rewards.
+
+    *rate_mbit* is the direction's configured rate (the router knows its own shaper); the counters of
+    consecutive states give the per-interval fractions.  The first state gives zeros for them.
+    """
+
+    rate_mbit: float
+    target_ms: float = 15.0
+    _prev: dict[str, Any] | None = field(default=None, repr=False)
+    _prev_t: float | None = field(default=None, repr=False)
+    _prev_delay: float = field(default=0.0, repr=False)
+
+    def update(self, d: Mapping[str, Any], t_s: float) -> tuple[np.ndarray, dict[str, float]]:
+        """(observation, raw interval metrics) for direction state *d* taken at emulator time *t_s*."""
+        prev = self._prev or {}
+        dt = max(t_s - self._prev_t, 1e-3) if self._prev_t is not None else 0.0
+
+        def delta(key: str) -> float:
+            return max(_num(d, key) - _num(prev, key), 0.0) if prev else 0.0
+
+        link_bytes = self.rate_mbit * 1e6 / 8 * dt if dt > 0 else 0.0
+        c_in = delta("classic_packets_in")
+        l_in = delta("l4s_packets_in")
+        c_drops = delta("classic_drops") + delta("classic_limit_drops")
+        raw = {
+            "p_prime": _num(d, "base_prob"),
+            "classic_delay_ms": _num(d, "classic_delay_ms"),
+            "l4s_delay_ms": _num(d, "l4s_delay_ms"),
+            "utilisation": delta("bytes_out") / link_bytes if link_bytes > 0 else 0.0,
+            "offered_load": delta("bytes_in") / link_bytes if link_bytes > 0 else 0.0,
+            "classic_drop_frac": c_drops / c_in if c_in > 0 else 0.0,
+            "classic_mark_frac": delta("classic_marks") / c_in if c_in > 0 else 0.0,
+            "l4s_mark_frac": (delta("l4s_native_marks") + delta("l4s_coupled_marks")) / l_in if l_in > 0 else 0.0,
+        }
+        byte_ms = 8 / (self.rate_mbit * 1e3)  # ms of link time per byte
+        classic_delay = raw["classic_delay_ms"] / 50.0
+        obs = np.array([
+            raw["p_prime"],
+            classic_delay,
+            raw["l4s_delay_ms"] / 5.0,
+            _num(d, "qdelay_ms") / 50.0,
+            _num(d, "classic_bytes") * byte_ms / 50.0,
+            _num(d, "l4s_bytes") * byte_ms / 5.0,
+            raw["utilisation"],
+            raw["offered_load"],
+            10.0 * raw["classic_drop_frac"],
+            10.0 * raw["classic_mark_frac"],
+            raw["l4s_mark_frac"],
+            classic_delay - self._prev_delay if prev else 0.0,
+        ], dtype=np.float32)
+        self._prev, self._prev_t, self._prev_delay = dict(d), t_s, classic_delay
+        return np.clip(obs, *CLIP), raw
+
+
+def reward(raw: Mapping[str, float], target_ms: float = 15.0, *, w_delay: float = 1.0,
+           w_drop: float = 10.0, max_over: float = 4.0) -> float:
+    """One interval's reward: utilisation - w_delay * min(relu(C delay / target - 1), max_over)
+    - w_drop * C drop fraction.
+
+    Why these: utilisation is the "link stays full" goal (0..1); a Classic delay 50 % above target costs as
+    much as half the link; a 1 % Classic drop rate costs 0.1 (DualPI2 at p' = 0.1 drops 1 % of
+    Classic packets: the penalty keeps the agent from buying a short queue with many drops).  Below target
+    the delay is free: the drop term pulls p' back up to where the queue sits near the target.  The delay
+    term is capped (at 5 x target by default) so that one bloated episode cannot swamp the critic's scale.
+    """
+    over = min(max(raw["classic_delay_ms"] / target_ms - 1.0, 0.0), max_over)
+    return float(raw["utilisation"] - w_delay * over - w_drop * raw["classic_drop_frac"])
+
+
+def next_base_prob(p_prime: float, action: float) -> float:
+    """p' after action *a* in [-1, 1] (module docstring)."""
+    a = float(np.clip(action, -1.0, 1.0))
+    return float(np.clip(max(p_prime, P_MIN) * 2.0 ** (ACTION_SCALE * a), P_MIN, P_MAX))
+
+
+# ----------------------------------------------------------------- actor ---
+
+
+@dataclass
+class Actor:
+    """The actor's mean network: tanh(relu(relu(x W0 + b0) W1 + b1) W2 + b2) -> a in [-1, 1]."""
+
+    kernels: list[np.ndarray]
+    biases: list[np.ndarray]
+    interval_s: float
+    target_ms: float = 15.0
+    training: dict[str, Any] = field(default_factory=dict)
+    evaluation: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+    checksum: str = ""
+
+    def act(self, obs: np.ndarray) -> float:
+        x = np.asarray(obs, dtype=np.float32)
+        for k, b in zip(self.kernels[:-1], self.biases[:-1], strict=True):
+            x = np.maximum(x @ k + b, 0.0)
+        return float(np.tanh(x @ self.kernels[-1] + self.biases[-1])[0])
+
+
+def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequence[np.ndarray],
+               interval_s: float, target_ms: float = 15.0, training: Mapping[str, Any] | None = None,
+               evaluation: Mapping[str, Any] | None = None) -> str:
+    """Write an actor file; returns its checksum."""
+    doc: dict[str, Any] = {
+        "format": ACTOR_FORMAT, "version": ACTOR_VERSION,
+        "features": list(OBS_FEATURES), "interval_s": interval_s, "target_ms": target_ms,
+        "action": {"kind": "log2 step of base_prob", "scale": ACTION_SCALE, "p_min": P_MIN, "p_max": P_MAX},
+        "network": {"hidden_activation": "relu", "output_activation": "tanh",
+                    "layers": [{"kernel": encode_array(k), "bias": encode_array(b)}
+                               for k, b in zip(kernels, biases, strict=True)]},
+        "training": json.loads(json.dumps(dict(training or {}), default=str)),
+        "evaluation": json.loads(json.dumps(dict(evaluation or {}), default=str)),
+    }
+    doc["checksum"] = document_checksum(doc)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    tmp.replace(p)
+    return str(doc["checksum"])
+
+
+def load_actor(path: str | Path) -> Actor:
+    """Load and check an actor file; every problem is one :class:`ActorError` line naming the file."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ActorError(f"{p}: no such actor file (train one with `python -m ccswitch.models.a3c_dualpi2 "
+                         "train`, or use models/dualpi2_a3c.json)") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ActorError(f"{p}: not a readable actor file (invalid JSON: {e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != ACTOR_FORMAT:
+        raise ActorError(f"{p}: not a DualPI2 actor file (key 'format' must be {ACTOR_FORMAT!r})")
+    if doc.get("version") != ACTOR_VERSION:
+        raise ActorError(f"{p}: actor format version {doc.get('version')!r} is not supported (this ccswitch "
+                         f"reads {ACTOR_VERSION}); export it again")
+    try:
+        want, got = doc.get("checksum"), document_checksum(doc)
+    except ValueError as e:  # NaN or Infinity somewhere: JSON allows them on read, the canonical form does not
+        raise ActorError(f"{p}: not a valid actor file ({e})") from None
+    if want != got:
+        raise ActorError(f"{p}: checksum mismatch (file says {want}, content hashes to {got}): the file is "
+                         "corrupt or was edited")
+    try:
+        return _build_actor(p, doc)
+    except PolicyError as e:
+        raise ActorError(str(e)) from None
+    except (KeyError, TypeError, IndexError, ValueError) as e:
+        raise ActorError(f"{p}: malformed actor file ({type(e).__name__}: {e})") from None
+
+
+def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
+    if tuple(doc["features"]) != OBS_FEATURES:
+        raise ActorError(f"{p}: its features are not this ccswitch's observation ({len(OBS_FEATURES)} "
+                         f"features: {', '.join(OBS_FEATURES)}); train it again")
+    act = doc["action"]
+    if (act.get("scale"), act.get("p_min"), act.get("p_max")) != (ACTION_SCALE, P_MIN, P_MAX):
+        raise ActorError(f"{p}: trained for another action mapping ({act}); train it again")
+    layers = doc["network"]["layers"]
+    kernels = [decode_array(la["kernel"], f"{p}: network.layers[{i}].kernel") for i, la in enumerate(layers)]
+    biases = [decode_array(la["bias"], f"{p}: network.layers[{i}].bias") for i, la in enumerate(layers)]
+    shapes_ok = bool(kernels) and kernels[0].shape[0] == len(OBS_FEATURES) and kernels[-1].shape[1] == 1
+    for i, (k, b) in enumerate(zip(kernels, biases, strict=True)):
+        shapes_ok = shapes_ok and k.ndim == 2 and b.shape == (k.shape[1],)
+        shapes_ok = shapes_ok and (i == 0 or kernels[i - 1].shape[1] == k.shape[0])
+    if not shapes_ok:
+        raise ActorError(f"{p}: the layers do not chain from {len(OBS_FEATURES)} inputs to 1 output: "
+                         f"{[list(k.shape) for k in kernels]}")
+    interval = float(doc["interval_s"])
+    if not 0.001 <= interval <= 10.0:
+        raise ActorError(f"{p}: interval_s {interval} is outside 0.001..10 s")
+    return Actor(kernels, biases, interval, float(doc.get("target_ms", 15.0)), doc.get("training", {}),
+                 doc.get("evaluation", {}), p, str(doc["checksum"]))
+
+
+def annotate_actor(path: str | Path, evaluation: Mapping[str, Any]) -> str:
+    """Record closed-loop results in an actor file (key ``evaluation``); the checksum covers them."""
+    p = Path(path)
+    doc = json.loads(p.read_text())
+    load_actor(p)  # refuse to re-sign a corrupt file
+    doc["evaluation"] = json.loads(canonical_json(json.loads(json.dumps(dict(evaluation), default=str))))
+    doc["checksum"] = document_checksum(doc)
+    p.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    return str(doc["checksum"])

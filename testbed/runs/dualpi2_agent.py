@@ -1,0 +1,109 @@
+"""Paper 000's agent beside linkemu: sets DualPI2's p' from an actor file every control interval.
+
+The observation, action mapping, reward and the actor file are defined in
+:mod:`ccswitch.models.dualpi2_actor` (module docstring: what the agent sees and
+does, and where it deviates from paper 000); this module is the loop that runs
+it against a live linkemu through its control socket
+(:mod:`.linkemu_control`).  The testbed runner starts one for every dualpi2
+queue whose scenario table names an ``agent``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import logging
+import threading
+import time
+from pathlib import Path
+
+from ccswitch.models.dualpi2_actor import LEASE_INTERVALS, OBS_FEATURES, Actor, Observer, next_base_prob, reward
+
+from .linkemu_control import LinkemuControl, LinkemuControlError
+
+__all__ = ["AgentLoop"]
+
+log = logging.getLogger(__name__)
+
+
+class AgentLoop:
+    """The agent beside a running linkemu: a thread that acts every ``actor.interval_s``.
+
+    ``start()`` connects (raising :class:`LinkemuControlError` if the socket is not there);
+    ``stop()`` hands p' back to the PI controller (``base_prob: "auto"``) and joins.  An error
+    inside the loop (linkemu gone, a refused set) ends the loop with one log line and is kept in
+    ``error``; the lease then returns p' to the PI controller by itself.  With *log_csv*, one row per
+    interval: time, observation, action, p' set, reward.
+    """
+
+    def __init__(self, socket_path: str | Path, actor: Actor, *, rate_mbit: float, direction: str = "uplink",
+                 interval_s: float | None = None, log_csv: str | Path | None = None) -> None:
+        self.socket_path = Path(socket_path)
+        self.actor = actor
+        self.direction = direction
+        self.interval_s = interval_s or actor.interval_s
+        self.observer = Observer(rate_mbit, actor.target_ms)
+        self.log_csv = Path(log_csv) if log_csv else None
+        self.error: str | None = None
+        self.steps = 0
+        self.cpu_s = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ctl: LinkemuControl | None = None
+
+    def start(self) -> AgentLoop:
+        self._ctl = LinkemuControl(self.socket_path)
+        self._ctl.__enter__()
+        self._thread = threading.Thread(target=self._run, name="dualpi2-agent", daemon=True)
+        self._thread.start()
+        return self
+
+    def __enter__(self) -> AgentLoop:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        if self._ctl is not None:
+            with contextlib.suppress(LinkemuControlError, OSError):
+                self._ctl.set(self.direction, base_prob="auto")
+            self._ctl.__exit__(None, None, None)
+            self._ctl = None
+
+    def _run(self) -> None:
+        assert self._ctl is not None
+        out = None
+        writer = None
+        if self.log_csv is not None:
+            out = self.log_csv.open("w", newline="")
+            writer = csv.writer(out)
+            writer.writerow(["t_s", *OBS_FEATURES, "action", "base_prob_set", "reward"])
+        hold_ms = LEASE_INTERVALS * self.interval_s * 1000
+        next_t = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                c0 = time.thread_time()
+                st = self._ctl.state(self.direction)
+                d = st[self.direction]
+                obs, raw = self.observer.update(d, float(st["t_s"]))
+                a = self.actor.act(obs)
+                p_new = next_base_prob(raw["p_prime"], a)
+                self._ctl.set(self.direction, base_prob=p_new, hold_ms=hold_ms)
+                self.steps += 1
+                if writer is not None:
+                    writer.writerow([f"{st['t_s']:.4f}", *(f"{x:.5g}" for x in obs), f"{a:.4f}", f"{p_new:.6g}",
+                                     f"{reward(raw, self.actor.target_ms):.4f}"])
+                self.cpu_s += time.thread_time() - c0
+                next_t += self.interval_s
+                self._stop.wait(max(next_t - time.monotonic(), 0.0))
+        except (LinkemuControlError, OSError, KeyError, ValueError) as e:
+            self.error = f"{type(e).__name__}: {e}"
+            log.warning("dualpi2 agent stopped (%s); linkemu's PI controller takes p' back when the lease "
+                        "of %.0f ms runs out", self.error, hold_ms)
+        finally:
+            if out is not None:
+                out.close()
