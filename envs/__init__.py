@@ -1,9 +1,11 @@
-"""The Gymnasium environment: CCA switching as replay over captured traces.
+"""The Gymnasium environments: CCA switching as replay over captured traces, and DualPI2's p' live.
 
 * ``features.py`` -- the observation (numpy only; the daemon builds the same vectors)
-* ``reward.py``    -- paper 002's reward plus fairness and switching cost; its evaluation function
+* ``reward.py``    -- paper 002's reward plus fairness, utilisation and switching cost; its evaluation function
 * ``replay.py``    -- the corpus as per-condition arrays and the transition rules
 * ``cc_env.py``    -- ``CongestionControlEnv`` (spaces documented there)
+* ``dualpi2_env.py`` -- ``DualPi2Env``: paper 000's agent setting DualPI2's base probability on a live
+  emulated link (root; real time; spaces documented there; not registered: it needs the testbed)
 
 Registration with Gymnasium (the ``train`` extra) is lazy, so that the daemon,
 which imports ``features`` only, never imports Gymnasium: ``ENV_ID`` is

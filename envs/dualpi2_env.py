@@ -20,8 +20,10 @@ Spaces::
 Episode (``reset``): a fresh condition drawn from :class:`ConditionSpace` with the
 env's RNG: link rate log-uniform 10..100 Mbit/s, base RTT 4..40 ms, 1-4
 Classic flows (one CCA, CUBIC or Reno) and 0-3 Prague flows; linkemu is
-restarted with it, the flows start, and the first observation is taken one
-interval later.  ``step`` sets p', waits until the next interval boundary (the
+restarted with it, the flows start (with ``warmup_s`` > 0 they first run that
+long under DualPI2's own PI controller, so that episodes also see long-lived
+flows past slow start, as a router mostly does), and the first observation is
+taken one interval later.  ``step`` sets p', waits until the next interval boundary (the
 clock is the wall clock: training is real time) and observes.  An episode is
 ``steps`` intervals (paper 000: 100).  With ``controller="pi"`` the action is
 ignored and DualPI2's own PI controller keeps p' (the baseline's reward on the
@@ -111,7 +113,8 @@ class DualPi2Env(gym.Env):
     metadata = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
 
     def __init__(self, *, interval_s: float = 0.05, steps: int = 100, space: ConditionSpace | None = None,
-                 controller: str = "agent", workdir: str | Path | None = None, target_ms: float = 15.0) -> None:
+                 controller: str = "agent", workdir: str | Path | None = None, target_ms: float = 15.0,
+                 warmup_s: float = 0.0) -> None:
         if controller not in ("agent", "pi"):
             raise ValueError(f"controller must be 'agent' or 'pi', got {controller!r}")
         self.observation_space = gym.spaces.Box(-1.0, 2.0, (len(OBS_FEATURES),), np.float32)
@@ -121,6 +124,7 @@ class DualPi2Env(gym.Env):
         self.space = space or ConditionSpace()
         self.controller = controller
         self.target_ms = target_ms
+        self.warmup_s = warmup_s
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="dualpi2-env-"))
         self.condition: Condition | None = None
         self._stack = contextlib.ExitStack()
@@ -197,6 +201,8 @@ class DualPi2Env(gym.Env):
         self.condition = cond
         self._episodes += 1
         self._start_episode(cond)
+        if self.warmup_s > 0:  # the flows leave slow start under DualPI2's own PI controller
+            time.sleep(self.warmup_s)
         self._observer = Observer(cond.rate_mbit, self.target_ms)
         self._t = 0
         self._next = time.monotonic()

@@ -22,7 +22,8 @@ never wait for each other.  Networks as paper 000 (Algorithms 1-2): actor
 
 Budget as the paper: 100 episodes of 100 steps in all (``episodes`` counts
 across workers).  An episode is one condition drawn by the env (link rate,
-RTT, Classic CCA and flow counts) and lasts ``steps x interval_s`` (5 s).
+RTT, Classic CCA and flow counts); its flows first run ``warmup_s`` (default 0)
+under DualPI2's PI controller, then the agent acts for ``steps x interval_s`` (5 s).
 
 Exported: the actor's mean network (``a = tanh(mu(s))``, deterministic) as an
 actor file (:func:`ccswitch.testbed.runs.dualpi2_agent.save_actor`, numpy only
@@ -36,13 +37,16 @@ at run time), its training curve (CSV + PNG) and the record of the run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
 import platform
+import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -60,13 +64,15 @@ class Hyperparameters:
     episodes: int = 100          # in all, across workers (paper 000: 100)
     steps: int = 100             # per episode (paper 000: 100)
     interval_s: float = 0.05     # control interval: ~3 PI updates (16 ms), ~1-10 RTTs of the drawn paths
+    warmup_s: float = 0.0        # flows run this long under the PI controller before the agent takes over
     workers: int = 2             # one per core here; each runs its own emulated link in real time
     t_max: int = 5               # steps between global updates (paper 000: args_update_interval = 5)
     gamma: float = 0.9           # the effect of a change of p' shows within ~1-3 intervals
-    lr_actor: float = 3e-4
+    lr_actor: float = 1e-3
     lr_critic: float = 1e-3
     entropy_beta: float = 0.01
     std_min: float = 0.05        # the Gaussian's std floor (exploration never stops entirely)
+    std_init_bias: float = -1.2  # initial std = softplus(-1.2) + std_min = 0.31
     grad_clip: float = 5.0       # global-norm clip per update
     actor_hidden: tuple[int, ...] = (32, 32)
     critic_hidden: tuple[int, ...] = (32, 32, 16)
@@ -90,7 +96,9 @@ def build_networks(hp: Hyperparameters) -> tuple[Any, Any]:
     for n in hp.actor_hidden:
         x = keras.layers.Dense(n, activation="relu")(x)
     mean = keras.layers.Dense(1, activation="tanh", name="mean")(x)
-    std = keras.layers.Dense(1, activation="softplus", name="std")(x)
+    # softplus(-1.2) = 0.26: the initial exploration is a gentle random walk of p', not a storm.
+    std = keras.layers.Dense(1, activation="softplus", name="std",
+                             bias_initializer=keras.initializers.Constant(hp.std_init_bias))(x)
     actor = keras.Model(s, [mean, std])
     c = keras.Input((len(OBS_FEATURES),))
     y = c
@@ -121,11 +129,12 @@ class Shared:
         self.updates = 0
         self.curve: list[dict[str, Any]] = []
         self.errors: list[str] = []
+        self.stop = False  # set on Ctrl-C / SIGTERM: workers finish their episode and close their envs
         self.t0 = time.monotonic()
 
     def claim_episode(self) -> int | None:
         with self.lock:
-            if self.claimed >= self.hp.episodes:
+            if self.stop or self.claimed >= self.hp.episodes:
                 return None
             self.claimed += 1
             return self.claimed
@@ -159,7 +168,7 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
 
     rng = np.random.default_rng(hp.seed * 1000 + index)
     sync()
-    with DualPi2Env(interval_s=hp.interval_s, steps=hp.steps, workdir=workdir) as env:
+    with DualPi2Env(interval_s=hp.interval_s, steps=hp.steps, workdir=workdir, warmup_s=hp.warmup_s) as env:
         while (episode := shared.claim_episode()) is not None:
             obs, info = env.reset(seed=hp.seed * 100_000 + episode)
             cond: Condition = info["condition"]
@@ -226,10 +235,16 @@ def train(hp: Hyperparameters, out: Path, *, progress: bool = True) -> Path:
     handle = ensure_prague()  # once, before the workers' envs look for it
     threads = [threading.Thread(target=run, args=(i,), name=f"a3c-{i}") for i in range(hp.workers)]
     try:
+        with _sigterm_as_exit():
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+    except BaseException:
+        shared.stop = True  # the workers close their namespaces, linkemu and flows within an episode
         for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+            th.join(timeout=60)
+        raise
     finally:
         handle.close()
     if not shared.curve:
@@ -251,6 +266,19 @@ def train(hp: Hyperparameters, out: Path, *, progress: bool = True) -> Path:
     (out / "record.json").write_text(json.dumps(record, indent=2) + "\n")
     plot_curve(curve, out / "curve.png", baseline=None)
     return path
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM raises SystemExit in the main thread while training runs (so the workers get to clean up)."""
+    def _exit(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 # --------------------------------------------------------- closed loop ---
@@ -301,7 +329,8 @@ def pi_baseline(run_dir: Path, *, workers: int = 2, progress: bool = True) -> li
     than the controller does).  Writes pi_baseline.csv and redraws curve.png.
     """
     record = json.loads((run_dir / "record.json").read_text())
-    hp = Hyperparameters(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["hyperparameters"].items()})
+    hp = Hyperparameters(**{"warmup_s": 0.0, **{k: tuple(v) if isinstance(v, list) else v
+                                               for k, v in record["hyperparameters"].items()}})
     curve = _read_csv(run_dir / "curve.csv")
     todo = [int(r["episode"]) for r in curve]
     rows: list[dict[str, Any]] = []
@@ -310,7 +339,7 @@ def pi_baseline(run_dir: Path, *, workers: int = 2, progress: bool = True) -> li
 
     def run(i: int) -> None:
         with DualPi2Env(interval_s=hp.interval_s, steps=hp.steps, controller="pi",
-                        workdir=run_dir / f"pi-{i}") as env:
+                        workdir=run_dir / f"pi-{i}", warmup_s=hp.warmup_s) as env:
             while True:
                 with lock:
                     if not todo:
@@ -410,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--episodes", type=int, default=Hyperparameters.episodes)
     t.add_argument("--workers", type=int, default=Hyperparameters.workers)
     t.add_argument("--seed", type=int, default=Hyperparameters.seed)
+    t.add_argument("--warmup-s", type=float, default=Hyperparameters.warmup_s,
+                   help="seconds the flows run under the PI controller before each episode")
     b = sub.add_parser("pi-baseline", help="the PI controller on a training run's episode conditions (root)")
     b.add_argument("run_dir", type=Path)
     c = sub.add_parser("compare", help="actor vs PI controller on drawn conditions (root)")
@@ -422,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         print("a3c_dualpi2: needs root (network namespaces, BPF Prague); rerun with sudo", file=sys.stderr)
         return 2
     if a.cmd == "train":
-        hp = Hyperparameters(episodes=a.episodes, workers=a.workers, seed=a.seed)
+        hp = Hyperparameters(episodes=a.episodes, workers=a.workers, seed=a.seed, warmup_s=a.warmup_s)
         print(f"a3c: wrote {train(hp, a.out)}")
     elif a.cmd == "pi-baseline":
         rows = pi_baseline(a.run_dir)

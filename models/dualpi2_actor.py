@@ -14,22 +14,22 @@ linkemu's control socket (:mod:`ccswitch.testbed.runs.linkemu_control`):
    each scaled to about 0..1 like the paper's min-max normalisation);
 2. the actor network (numpy only; trained by ``ccswitch.models.a3c_dualpi2``)
    gives the action a in [-1, 1];
-3. p' <- clip(p' * 2**(ACTION_SCALE * a), P_MIN, P_MAX), sent as
+3. p' <- clip(p' * 2**(ACTION_SCALE * a), P_MIN, P_MAX) (ACTION_SCALE 0.5), sent as
    ``set base_prob`` with a lease of LEASE_INTERVALS intervals (``hold_ms``): if the
    agent dies or hangs, linkemu's PI controller takes p' back within the lease.
 
 Where this deviates from the paper, and why:
 
 * **Action**: the paper's action is p itself.  Ours is a change of p' in log
-  space (at most x2 or /2 per interval).  The state carries p', so the two
+  space (at most x1.41 or /1.41 per interval).  The state carries p', so the two
   can express the same controllers; the relative step makes a random initial
   policy a random walk around the current p' instead of a jump anywhere in
   [0, 1], which is what lets 100 episodes of 100 steps learn anything.
 * **Reward**: the paper's reward is the queue delay alone, whose optimum is
   p' = 1 (an empty queue and an idle link).  Ours (:func:`reward`) pays for
-  utilisation and charges for the Classic queue delay above DualPI2's target
-  and for Classic drops, so the optimum is the PI controller's job done
-  better: full link, Classic delay at or below target, few drops.
+  utilisation and charges for the Classic queue delay away from DualPI2's
+  target (more above it than below) and for Classic drops, so the optimum is
+  the PI controller's job: full link, Classic delay at the target, few drops.
 * **State**: the paper lists p, queue delay, drops, queue length and bytes sent
   per sub-queue.  DualPI2 has two queues (C and L) and one p', so the 12
   numbers are those per class plus utilisation, offered load and the delay
@@ -60,7 +60,7 @@ ACTOR_FORMAT = "ccswitch-dualpi2-actor"
 ACTOR_VERSION = 1
 
 OBS_FEATURES: tuple[str, ...] = (
-    "p_prime",             # p' now (0..1)
+    "p_prime",             # p' now, log scale: (log2(max(p', 1e-3)) + 10) / 10 (1e-3 -> 0, 1 -> 1)
     "classic_delay",       # sojourn of the Classic head now / 50 ms
     "l4s_delay",           # sojourn of the L4S head now / 5 ms
     "pi_qdelay",           # the PI input at its last update (max head sojourn) / 50 ms
@@ -77,8 +77,8 @@ OBS_FEATURES: tuple[str, ...] = (
 
 CLIP = (-1.0, 2.0)
 """Every feature is clipped to this range (a burst can exceed the scale; the network never sees more)."""
-ACTION_SCALE = 1.0
-"""a = +-1 doubles / halves p'."""
+ACTION_SCALE = 0.5
+"""a = +-1 multiplies / divides p' by sqrt(2) (two intervals to double it)."""
 P_MIN, P_MAX = 1e-3, 1.0
 """p' stays within these (P_MIN: p_C = 1e-6, i.e. no Classic drops; a multiplicative step needs p' > 0)."""
 LEASE_INTERVALS = 3
@@ -136,7 +136,7 @@ class Observer:
         byte_ms = 8 / (self.rate_mbit * 1e3)  # ms of link time per byte
         classic_delay = raw["classic_delay_ms"] / 50.0
         obs = np.array([
-            raw["p_prime"],
+            (math.log2(max(raw["p_prime"], P_MIN)) + 10.0) / 10.0,
             classic_delay,
             raw["l4s_delay_ms"] / 5.0,
             _num(d, "qdelay_ms") / 50.0,
@@ -153,19 +153,24 @@ class Observer:
         return np.clip(obs, *CLIP), raw
 
 
-def reward(raw: Mapping[str, float], target_ms: float = 15.0, *, w_delay: float = 1.0,
+def reward(raw: Mapping[str, float], target_ms: float = 15.0, *, w_delay: float = 1.0, w_under: float = 0.3,
            w_drop: float = 10.0, max_over: float = 4.0) -> float:
     """One interval's reward: utilisation - w_delay * min(relu(C delay / target - 1), max_over)
-    - w_drop * C drop fraction.
+    - w_under * relu(1 - C delay / target) - w_drop * C drop fraction.
 
     Why these: utilisation is the "link stays full" goal (0..1); a Classic delay 50 % above target costs as
     much as half the link; a 1 % Classic drop rate costs 0.1 (DualPI2 at p' = 0.1 drops 1 % of
     Classic packets: the penalty keeps the agent from buying a short queue with many drops).  Below target
-    the delay is free: the drop term pulls p' back up to where the queue sits near the target.  The delay
-    term is capped (at 5 x target by default) so that one bloated episode cannot swamp the critic's scale.
+    the delay costs less (an empty queue 0.3): Classic drops are rare and noisy per interval, so without
+    this term the reward is flat below the target and p' drifts; with it the optimum is DualPI2's own
+    set point (the target), which is what the agent is judged against (C-queue mean <= 17 ms, the PI's
+    utilisation, no more drops).  The delay term is capped (at 5 x target by default) so that one bloated
+    episode cannot swamp the critic's scale.
     """
-    over = min(max(raw["classic_delay_ms"] / target_ms - 1.0, 0.0), max_over)
-    return float(raw["utilisation"] - w_delay * over - w_drop * raw["classic_drop_frac"])
+    ratio = raw["classic_delay_ms"] / target_ms
+    over = min(max(ratio - 1.0, 0.0), max_over)
+    under = max(1.0 - ratio, 0.0)
+    return float(raw["utilisation"] - w_delay * over - w_under * under - w_drop * raw["classic_drop_frac"])
 
 
 def next_base_prob(p_prime: float, action: float) -> float:

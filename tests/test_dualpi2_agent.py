@@ -5,7 +5,7 @@
   observation and reward of synthetic control-socket states; the action mapping's bounds.
 * Kernel: an agent with a constant action against the real linkemu -- every set reaches the
   emulator within one control interval (p' read back from the emulator's state, and p' = 1e-3 * 2**n
-  after n steps); when the agent dies without a word, the lease hands p' back to the PI controller;
+  after n steps, ACTION_SCALE 0.5); when the agent dies without a word, the lease hands p' back to the PI controller;
   a scenario naming the shipped actor runs end to end with the agent's rows and record.
 """
 
@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from ccswitch.models.dualpi2_actor import (
+    ACTION_SCALE,
     LEASE_INTERVALS,
     OBS_FEATURES,
     P_MAX,
@@ -140,15 +141,16 @@ def test_observation_and_reward_of_two_states() -> None:
     assert f["utilisation"] == pytest.approx(1.0) and f["offered_load"] == pytest.approx(1.2)
     assert f["classic_drop_frac"] == pytest.approx(0.2) and f["l4s_mark_frac"] == pytest.approx(0.5)
     assert f["classic_delay_trend"] == pytest.approx(0.4)
-    # 30 ms against a 15 ms target: one target over (-1), 2 % drops (-0.2).
+    # 30 ms against a 15 ms target: one target over (-1), 2 % drops (-0.2); an empty queue costs 0.3.
+    assert reward(dict(r1, classic_delay_ms=0.0, classic_drop_frac=0.0)) == pytest.approx(1.0 - 0.3)
     assert reward(r1) == pytest.approx(1.0 - 1.0 - 0.2)
     assert reward(dict(r1, classic_delay_ms=10_000.0, classic_drop_frac=0.0)) == pytest.approx(1.0 - 4.0)
 
 
 def test_action_mapping_bounds() -> None:
     assert next_base_prob(0.0, 0.0) == P_MIN
-    assert next_base_prob(0.1, 1.0) == pytest.approx(0.2)
-    assert next_base_prob(0.1, -5.0) == pytest.approx(0.05)
+    assert next_base_prob(0.1, 1.0) == pytest.approx(0.1 * 2**ACTION_SCALE)
+    assert next_base_prob(0.1, -5.0) == pytest.approx(0.1 / 2**ACTION_SCALE)  # a is clipped to [-1, 1]
     assert next_base_prob(0.9, 1.0) == P_MAX
 
 
@@ -163,7 +165,7 @@ def test_agent_sets_reach_linkemu_within_an_interval_and_a_dead_agent_hands_back
     from ccswitch.testbed.runs.topology import Topology
 
     interval = 0.02
-    actor = load_actor(constant_actor(tmp_path / "a.json", 1.0, interval))  # doubles p' every interval
+    actor = load_actor(constant_actor(tmp_path / "a.json", 1.0, interval))  # p' x 2**ACTION_SCALE every interval
     sock = tmp_path / "linkemu.sock"
     with Topology(1) as topo:
         cfg = emulator_config(topo.client_ifs, topo.server_if, uplink=link(20, 5, qdisc=dualpi2()),
@@ -184,7 +186,7 @@ def test_agent_sets_reach_linkemu_within_an_interval_and_a_dead_agent_hands_back
             # (the loop may have stepped between reading `steps` and the state).
             for n, p in seen:
                 # tanh(atanh(0.999999)) in float32: the factor is 2 to within 1e-6 per step.
-                want = [pytest.approx(min(P_MIN * 2 ** k, 1.0), rel=1e-4) for k in (n, n + 1)]
+                want = [pytest.approx(min(P_MIN * 2 ** (ACTION_SCALE * k), 1.0), rel=1e-4) for k in (n, n + 1)]
                 assert p in want, (n, p)
             # The agent dies without a word: its thread stops, its socket closes, no "auto" is sent.
             loop._stop.set()

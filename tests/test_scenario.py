@@ -21,6 +21,7 @@ from ccswitch.testbed.scenario import (
     Codel,
     Fq,
     FqCodel,
+    FqDualPi2,
     FqPie,
     GilbertLoss,
     Lfq,
@@ -181,11 +182,38 @@ def test_pie_and_fq_pie_map_onto_linkemu(tmp_path: Path) -> None:
                                       "alpha": 0.125, "beta": 1.25, "limit_pkts": 10_240, "ecn": True,
                                       "ecn_prob_pct": 10.0}
     json.dumps(cfg)
-    for kind in ("pie", "fq_pie"):
+    for kind in ("pie", "fq_pie", "fq_dualpi2"):
         text = GOOD.replace("[[flows]]", "[link.wifi]\nclients = [{ phy_rate_mbit = 300 }, { phy_rate_mbit = 300 }]\n"
                             f'queue = {{ kind = "{kind}" }}\n[[flows]]', 1)
         with pytest.raises(ScenarioError, match=rf"^s\.toml: link\.wifi\.queue\.kind: {kind} is supported on "):
             parse(text)
+
+
+def test_fq_dualpi2_maps_onto_linkemu(tmp_path: Path) -> None:
+    """fq_dualpi2 (paper 000's hashed L4S/Classic pairs): defaults stay out, set fields pass through; one error line."""
+    def uplink(qdisc: str) -> tuple[object, dict[str, object]]:
+        sc = parse(GOOD.replace('qdisc = { kind = "pfifo", limit_pkts = 50 }', qdisc))
+        return sc.link.uplink, sc.emulator_config(["c1", "c2"], "srv", 1, tmp_path)
+
+    up, cfg = uplink('qdisc = { kind = "fq_dualpi2" }')
+    assert up.qdisc == FqDualPi2() and up.queue_limit_pkts == 10_240
+    assert cfg["uplink"]["qdisc"] == {"kind": "fq_dualpi2"} and cfg["downlink"]["qdisc"] == {"kind": "fq_dualpi2"}
+    # Paper 000: 6 queues (3 pairs), PIE 15 ms / 15 ms / 0.125 / 1.25, quantum 1514, k = 2, a 1 ms L step.
+    up, cfg = uplink('qdisc = { kind = "fq_dualpi2", flows = 6, quantum = 1514, target_ms = 15, tupdate_ms = 15, '
+                     'alpha = 0.125, beta = 1.25, max_burst_ms = 150, limit_pkts = 5000, k = 2, l_min_th_ms = 1, '
+                     'c_weight_pct = 10, drop_on_overload = false }')
+    assert up.queue_limit_pkts == 5000
+    assert cfg["uplink"]["qdisc"] == {"kind": "fq_dualpi2", "flows": 6, "quantum": 1514, "target_ms": 15.0,
+                                      "tupdate_ms": 15.0, "alpha": 0.125, "beta": 1.25, "max_burst_ms": 150.0,
+                                      "limit_pkts": 5000, "k": 2.0, "l_min_th_ms": 1.0, "c_weight_pct": 10.0,
+                                      "drop_on_overload": False}
+    json.dumps(cfg)
+    for bad, field, words in (("flows = 5", "flows", "must be even, 2..65536"), ("k = 0.1", "k", "must be >= 0.5"),
+                              ("ecn = true", "ecn", "unknown field")):
+        with pytest.raises(ScenarioError) as ei:
+            uplink(f'qdisc = {{ kind = "fq_dualpi2", {bad} }}')
+        msg = str(ei.value)
+        assert msg.startswith(f"s.toml: link.uplink.qdisc.{field}: ") and words in msg and "\n" not in msg, msg
 
 
 def test_vdq_csaqm_maps_onto_linkemu(tmp_path: Path) -> None:
@@ -386,7 +414,8 @@ extra = { dist = "lognormal", median_us = 50, sigma = 1 }
         'limit_pkts = 500, ecn = true, bytemode = true }',
         'qdisc = { kind = "fq_pie" }',
         'qdisc = { kind = "fq_pie", flows = 6, quantum = 1514, limit_pkts = 10240, alpha = 0.125, beta = 1.25, '
-        'ecn = true, ecn_prob_pct = 10, max_burst_ms = 0 }')]
+        'ecn = true, ecn_prob_pct = 10, max_burst_ms = 0 }',
+        'qdisc = { kind = "fq_dualpi2" }')]
     scenarios = [parse(full), *fair] + [load_scenario(f, ccas=CCAS) for f in sorted(SCENARIOS.glob("*.toml"))
                                         if f.name != "space.toml"]
     for sc in scenarios:
@@ -394,6 +423,7 @@ extra = { dist = "lognormal", median_us = 50, sigma = 1 }
             continue
         cfg = tmp_path / "config.json"
         ifs = [f"c{i}" for i in range(1, sc.clients + 1)]
+        (tmp_path / "stats").mkdir(exist_ok=True)  # the runner makes it; a control socket's folder must exist
         cfg.write_text(json.dumps(sc.emulator_config(ifs, "srv", 1, tmp_path / "stats")))
         cp = subprocess.run([str(LINKEMU), "--config", str(cfg), "--check"], capture_output=True, text=True,
                             check=False)

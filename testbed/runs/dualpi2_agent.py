@@ -92,7 +92,8 @@ class AgentLoop:
                 obs, raw = self.observer.update(d, float(st["t_s"]))
                 a = self.actor.act(obs)
                 p_new = next_base_prob(raw["p_prime"], a)
-                self._ctl.set(self.direction, base_prob=p_new, hold_ms=hold_ms)
+                # Not waited for: its answer is read (and a refusal raised) with the next state.
+                self._ctl.post_set(self.direction, base_prob=p_new, hold_ms=hold_ms)
                 self.steps += 1
                 if writer is not None:
                     writer.writerow([f"{st['t_s']:.4f}", *(f"{x:.5g}" for x in obs), f"{a:.4f}", f"{p_new:.6g}",

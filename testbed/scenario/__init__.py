@@ -38,6 +38,8 @@ A scenario is a TOML file (examples in ``testbed/scenarios/``)::
                                          # flows, quantum, ecn_prob_pct) or { kind = "vdq_csaqm",
                                          # policies = [{ policy = "silver", dport = 5202 }] } (paper 004:
                                          # per-flow packet values, virtual dual queue CSAQM; see VdqCsaqm)
+                                         # or { kind = "fq_dualpi2" } (paper 000: hashed pairs of L4S and
+                                         # Classic queues coupled by a PIE per pair; see FqDualPi2)
     loss = { model = "bernoulli", p = 0.001 }      # optional; or { model = "gilbert", p_gb, p_bg, ... }
     overhead_bytes = 14                  # optional, charged per packet
     [link.downlink]                      # server -> client; default: the uplink without its loss
@@ -108,6 +110,7 @@ from .model import (
     Flow,
     Fq,
     FqCodel,
+    FqDualPi2,
     FqPie,
     GilbertLoss,
     Lfq,
@@ -148,6 +151,7 @@ __all__ = [
     "Flow",
     "Fq",
     "FqCodel",
+    "FqDualPi2",
     "FqPie",
     "GilbertLoss",
     "Lfq",

@@ -260,6 +260,39 @@ class FqPie:
 
 
 @dataclass(frozen=True)
+class FqDualPi2:
+    """fq_dualpi2 in linkemu: paper 000's L4S AQM, FQ-PIE turned into hashed pairs of L4S and Classic queues.
+
+    ``flows`` 6 FIFOs in all (even: ``flows`` / 2 pairs); a packet's 5-tuple hash picks its pair,
+    a non-zero ECN field (ECT(0), ECT(1), CE) its pair's L4S queue, Not-ECT its Classic queue.
+    Each pair's PIE controller (``target_ms`` 15, ``tupdate_ms`` 15, ``alpha`` 0.125, ``beta``
+    1.25, ``max_burst_ms`` 150, as :class:`Pie`) on its Classic queue's delay gives p': Classic
+    packets are dropped with p'^2, L4S packets CE-marked with max(native, ``k`` p'), ``k`` 2, the
+    native AQM a step at ``l_min_th_ms`` 1.  DRR (``quantum`` 1514) between the pairs, the L queue
+    first within a pair, the Classic queue keeping ``c_weight_pct`` 10 % of the pair's bytes when
+    both are backlogged; ``limit_pkts`` 10240 in all queues (the arrival is dropped beyond it);
+    ``drop_on_overload`` true (k p' > 1: L4S packets dropped with p'^2 before marking; false: p'
+    capped at 1/k).  None fields take these defaults.
+    """
+
+    flows: int | None = None
+    quantum: int | None = None
+    target_ms: float | None = None
+    tupdate_ms: float | None = None
+    alpha: float | None = None
+    beta: float | None = None
+    max_burst_ms: float | None = None
+    limit_pkts: int | None = None
+    k: float | None = None
+    l_min_th_ms: float | None = None
+    c_weight_pct: float | None = None
+    drop_on_overload: bool | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        return {"kind": "fq_dualpi2", **_present(self)}
+
+
+@dataclass(frozen=True)
 class VdqPolicyRule:
     """One marker rule of vdq_csaqm: a flow whose 5-tuple matches every field given gets ``policy``."""
 
@@ -316,12 +349,12 @@ VDQ_POLICIES = ("gold", "silver", "voice")
 VDQ_CLASSIFIERS = ("ecn", "dscp")
 
 FQ_DEFAULT_LIMIT_PKTS = 10_240
-"""linkemu's ``limit_pkts`` default of fq_codel, fq, lfq and fq_pie (Linux fq_codel's 10 * 1024)."""
+"""linkemu's ``limit_pkts`` default of fq_codel, fq, lfq, fq_pie and fq_dualpi2 (Linux fq_codel's 10 * 1024)."""
 FQ_DEFAULT_FLOW_LIMIT_PKTS = 100
 """fq's ``flow_limit_pkts`` and lfq's ``default_limit_pkts`` default."""
 PIE_DEFAULT_LIMIT_PKTS = 1000
 """linkemu's (Linux sch_pie's) ``limit_pkts`` default of pie."""
-QDISC_KINDS = ("pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq", "pie", "fq_pie", "vdq_csaqm")
+QDISC_KINDS = ("pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq", "pie", "fq_pie", "vdq_csaqm", "fq_dualpi2")
 
 
 @dataclass(frozen=True)
@@ -335,7 +368,7 @@ class LinkDir:
     delay_ms: float = 0.0
     """One-way propagation delay after the bottleneck."""
     loss: BernoulliLoss | GilbertLoss | None = None
-    qdisc: Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | VdqCsaqm | None = None
+    qdisc: Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | VdqCsaqm | FqDualPi2 | None = None
     """None: linkemu's default (pfifo, 1000 packets)."""
     overhead_bytes: int | None = None
     """Bytes added to each IP packet when charging it to the rate."""
@@ -353,7 +386,7 @@ class LinkDir:
         """Packets the qdisc holds at most (all its queues together)."""
         if isinstance(self.qdisc, DualPi2):
             return self.qdisc.limit_pkts if self.qdisc.limit_pkts is not None else 10_000
-        if isinstance(self.qdisc, FqCodel | Fq | Lfq | FqPie):
+        if isinstance(self.qdisc, FqCodel | Fq | Lfq | FqPie | FqDualPi2):
             return self.qdisc.limit_pkts if self.qdisc.limit_pkts is not None else FQ_DEFAULT_LIMIT_PKTS
         if isinstance(self.qdisc, Pie):
             return self.qdisc.limit_pkts if self.qdisc.limit_pkts is not None else PIE_DEFAULT_LIMIT_PKTS

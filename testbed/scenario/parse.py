@@ -37,6 +37,7 @@ from .model import (
     Flow,
     Fq,
     FqCodel,
+    FqDualPi2,
     FqPie,
     GilbertLoss,
     Lfq,
@@ -154,7 +155,7 @@ def _wifi(t: Table, clients: int) -> Wifi:
         pt.done()
     qt = t.table("queue")
     queue = parse_qdisc(qt) if qt is not None else None
-    if isinstance(queue, DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | VdqCsaqm):
+    if isinstance(queue, DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | VdqCsaqm | FqDualPi2):
         t.err(f"{t.here('queue')}.kind", f"{queue.to_config()['kind']} is supported on link.uplink/downlink only, "
                                           "not WiFi queues (use pfifo or codel)")
     wifi = Wifi(tuple(stations), agg, acc, phy, queue)

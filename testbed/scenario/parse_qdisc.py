@@ -22,6 +22,7 @@ from .model import (
     DualPi2,
     Fq,
     FqCodel,
+    FqDualPi2,
     FqPie,
     Lfq,
     Pfifo,
@@ -164,6 +165,17 @@ def _fq_pie(t: Table) -> FqPie:
     return FqPie(**v)
 
 
+def _fq_dualpi2(t: Table) -> FqDualPi2:
+    """The fq_dualpi2 qdisc table (paper 000); ranges as linkemu checks them (config/pie.rs FqDualPi2::validate)."""
+    pie = {k: v for k, v in _PIE.items() if k not in ("ecn", "bytemode")}
+    v = optional_fields(t, {**_FQ_QUEUES, **pie, "k": ("num", 0.5, 64.0), "l_min_th_ms": ("num", 0.0, 60_000.0),
+                            "c_weight_pct": ("num", 0.0, 100.0), "drop_on_overload": ("bool", None, None)})
+    if "flows" in v and (v["flows"] < 2 or v["flows"] % 2):
+        t.err(t.here("flows"), f"must be even, 2..65536 (pairs of an L4S and a Classic queue), got {v['flows']}")
+    t.done()
+    return FqDualPi2(**v)
+
+
 def _vdq_rule(t: Table) -> VdqPolicyRule:
     """One marker rule of vdq_csaqm: a policy and the 5-tuple fields it matches."""
     policy = t.string("policy", required=True, choices=VDQ_POLICIES) or "gold"
@@ -205,7 +217,7 @@ def _vdq_csaqm(t: Table) -> VdqCsaqm:
 
 
 def parse_qdisc(t: Table, base_dir: Path | None = None
-                ) -> Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | VdqCsaqm:
+                ) -> Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | VdqCsaqm | FqDualPi2:
     """A queue table; *base_dir* (the scenario file's folder) resolves dualpi2's ``agent`` path."""
     kind = t.string("kind", required=True, choices=QDISC_KINDS)
     if kind == "vdq_csaqm":
@@ -214,6 +226,8 @@ def parse_qdisc(t: Table, base_dir: Path | None = None
         return _pie(t)
     if kind == "fq_pie":
         return _fq_pie(t)
+    if kind == "fq_dualpi2":
+        return _fq_dualpi2(t)
     if kind == "dualpi2":
         return _dualpi2(t, base_dir)
     if kind == "fq_codel":

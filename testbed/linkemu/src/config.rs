@@ -24,7 +24,7 @@ mod lfq;
 mod pie;
 mod vdq;
 pub use lfq::{ControlConfig, Lfq};
-pub use pie::{FqPie, Pie};
+pub use pie::{FqDualPi2, FqPie, Pie};
 pub use vdq::{PolicyRule, VdqCsaqm, VDQ_POLICIES};
 
 /// A configuration error: the dotted path of the field and what is wrong.
@@ -169,7 +169,7 @@ fn one() -> f64 {
 }
 
 /// Queue discipline: `{"kind": "pfifo" | "codel" | "dualpi2" | "fq_codel" | "fq" | "lfq" | "pie" | "fq_pie" |
-/// "vdq_csaqm", ...}`.
+/// "vdq_csaqm" | "fq_dualpi2", ...}`.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind")]
 pub enum QdiscConfig {
@@ -191,6 +191,8 @@ pub enum QdiscConfig {
     FqPie(FqPie),
     #[serde(rename = "vdq_csaqm")]
     VdqCsaqm(VdqCsaqm),
+    #[serde(rename = "fq_dualpi2")]
+    FqDualPi2(FqDualPi2),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -300,7 +302,7 @@ impl Default for Fq {
 
 impl<'de> Deserialize<'de> for QdiscConfig {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let kinds = ["pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq", "pie", "fq_pie", "vdq_csaqm"];
+        let kinds = ["pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq", "pie", "fq_pie", "vdq_csaqm", "fq_dualpi2"];
         let (tag, v) = split_tag::<D::Error>(Value::deserialize(d)?, "kind", &kinds)?;
         Ok(match tag.as_str() {
             "pfifo" => QdiscConfig::Pfifo(sub(v)?),
@@ -311,6 +313,7 @@ impl<'de> Deserialize<'de> for QdiscConfig {
             "lfq" => QdiscConfig::Lfq(sub(v)?),
             "pie" => QdiscConfig::Pie(sub(v)?),
             "fq_pie" => QdiscConfig::FqPie(sub(v)?),
+            "fq_dualpi2" => QdiscConfig::FqDualPi2(sub(v)?),
             _ => QdiscConfig::VdqCsaqm(sub(v)?),
         })
     }
@@ -814,6 +817,7 @@ impl QdiscConfig {
             QdiscConfig::Lfq(q) => q.validate(at)?,
             QdiscConfig::Pie(q) => q.validate(at)?,
             QdiscConfig::FqPie(q) => q.validate(at)?,
+            QdiscConfig::FqDualPi2(q) => q.validate(at)?,
             // Needs the link's rate: checked by LinkConfig::validate.
             QdiscConfig::VdqCsaqm(_) => {}
         }
@@ -826,9 +830,9 @@ impl QdiscConfig {
             QdiscConfig::DualPi2(_) => Some(
                 "dualpi2 is supported on uplink/downlink qdiscs only (WiFi queues have no timer for its PI controller)",
             ),
-            QdiscConfig::Pie(_) | QdiscConfig::FqPie(_) => Some(
-                "pie and fq_pie are supported on uplink/downlink qdiscs only (WiFi queues have no timer for the \
-                 drop probability update); use pfifo or codel here",
+            QdiscConfig::Pie(_) | QdiscConfig::FqPie(_) | QdiscConfig::FqDualPi2(_) => Some(
+                "pie, fq_pie and fq_dualpi2 are supported on uplink/downlink qdiscs only (WiFi queues have no timer \
+                 for the drop probability update); use pfifo or codel here",
             ),
             QdiscConfig::FqCodel(_) | QdiscConfig::Fq(_) | QdiscConfig::Lfq(_) => Some(
                 "fq_codel, fq and lfq are supported on uplink/downlink qdiscs only (the WiFi hop's drop accounting \

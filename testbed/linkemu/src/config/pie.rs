@@ -1,6 +1,8 @@
 //! The configuration of the `pie` and `fq_pie` qdiscs (RFC 8033; Linux
-//! sch_pie / sch_fq_pie; algorithm in `qdisc/pie.rs` and `qdisc/fq_pie.rs`).
-//! Defaults are Linux's; the controller fields are shared by both.
+//! sch_pie / sch_fq_pie; algorithm in `qdisc/pie.rs` and `qdisc/fq_pie.rs`),
+//! and of `fq_dualpi2` (paper 000's hashed pairs of L4S and Classic queues
+//! under a coupled PIE; `qdisc/fq_dualpi2.rs`).  Defaults are Linux's; the
+//! controller fields are shared by all three.
 
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +88,56 @@ impl Default for FqPie {
     }
 }
 
+/// fq_dualpi2: `flows` / 2 pairs of a Classic and an L4S FIFO (5-tuple hash
+/// picks the pair, a non-zero ECN field the L4S FIFO), DRR between the
+/// pairs, a PIE controller per pair giving p' (p_C = p'^2, p_CL = k p').
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FqDualPi2 {
+    /// FIFOs in all, two per pair (paper 000: 6, i.e. 3 pairs); even.
+    pub flows: usize,
+    /// Bytes per pair per DRR round (fq_pie's 1514).
+    pub quantum: usize,
+    /// The PIE controller of each pair (as `pie`), on its Classic queue's delay.
+    pub target_ms: f64,
+    pub tupdate_ms: f64,
+    pub alpha: f64,
+    pub beta: f64,
+    pub max_burst_ms: f64,
+    /// Packets in all queues together; beyond it the arriving packet is dropped (fq_pie's 10240).
+    pub limit_pkts: usize,
+    /// Coupling factor: p_CL = k p' (paper 000 and RFC 9332: 2).
+    pub k: f64,
+    /// The L4S queue's native AQM: mark a packet whose sojourn exceeds this (a step; RFC 9332: 1 ms).
+    pub l_min_th_ms: f64,
+    /// Share of a pair's bytes its Classic queue gets when both its queues are
+    /// backlogged (DualPI2's WRR "C protection", Linux: 10); the L queue has
+    /// precedence otherwise.
+    pub c_weight_pct: f64,
+    /// When k p' > 1: L4S packets are dropped with p'^2 before marking (as `dualpi2`); false: p' capped at 1/k.
+    pub drop_on_overload: bool,
+}
+
+impl Default for FqDualPi2 {
+    fn default() -> Self {
+        let p = Pie::default();
+        Self {
+            flows: 6,
+            quantum: 1514,
+            target_ms: p.target_ms,
+            tupdate_ms: p.tupdate_ms,
+            alpha: p.alpha,
+            beta: p.beta,
+            max_burst_ms: p.max_burst_ms,
+            limit_pkts: 10_240,
+            k: 2.0,
+            l_min_th_ms: 1.0,
+            c_weight_pct: 10.0,
+            drop_on_overload: true,
+        }
+    }
+}
+
 /// The controller fields both share; ranges as Linux / tc accept them
 /// (alpha and beta: tc's 0..32 sixteenths).
 fn controller(at: &str, target: f64, tupdate: f64, alpha: f64, beta: f64, burst: f64) -> Result<(), ConfigError> {
@@ -123,6 +175,33 @@ impl FqPie {
         let e = self.ecn_prob_pct;
         if !(e.is_finite() && (0.0..=100.0).contains(&e)) {
             return Err(ConfigError::new(format!("{at}.ecn_prob_pct"), format!("must be 0..100 (%), got {e}")));
+        }
+        Ok(())
+    }
+}
+
+impl FqDualPi2 {
+    pub(super) fn validate(&self, at: &str) -> Result<(), ConfigError> {
+        let f = |name: &str| format!("{at}.{name}");
+        if !(2..=65_536).contains(&self.flows) || self.flows % 2 != 0 {
+            return Err(ConfigError::new(
+                f("flows"),
+                format!("must be even, 2..65536 (pairs of an L4S and a Classic queue; default 6), got {}", self.flows),
+            ));
+        }
+        flow_queues(at, self.flows, self.quantum)?;
+        controller(at, self.target_ms, self.tupdate_ms, self.alpha, self.beta, self.max_burst_ms)?;
+        packet_limit(&f("limit_pkts"), self.limit_pkts)?;
+        if !(self.k.is_finite() && (0.5..=64.0).contains(&self.k)) {
+            return Err(ConfigError::new(f("k"), format!("must be in [0.5, 64] (paper 000 uses 2), got {}", self.k)));
+        }
+        let l = self.l_min_th_ms;
+        if !(l.is_finite() && (0.0..=60_000.0).contains(&l)) {
+            return Err(ConfigError::new(f("l_min_th_ms"), format!("must be 0..60000 (ms), got {l}")));
+        }
+        let c = self.c_weight_pct;
+        if !(c.is_finite() && (0.0..=100.0).contains(&c)) {
+            return Err(ConfigError::new(f("c_weight_pct"), format!("must be 0..100 (%), got {c}")));
         }
         Ok(())
     }
@@ -179,8 +258,32 @@ mod tests {
     }
 
     #[test]
+    fn fq_dualpi2_defaults_and_errors() {
+        let c = cfg(r#"{"kind": "fq_dualpi2"}"#).unwrap();
+        let QdiscConfig::FqDualPi2(f) = &c.uplink.qdisc else { panic!() };
+        assert_eq!((f.flows, f.quantum, f.limit_pkts, f.k, f.l_min_th_ms), (6, 1514, 10_240, 2.0, 1.0));
+        assert_eq!((f.target_ms, f.tupdate_ms, f.alpha, f.beta, f.max_burst_ms), (15.0, 15.0, 0.125, 1.25, 150.0));
+        assert_eq!((f.c_weight_pct, f.drop_on_overload), (10.0, true));
+        for (q, field, words) in [
+            (r#"{"kind": "fq_dualpi2", "flows": 5}"#, "uplink.qdisc.flows", "must be even"),
+            (r#"{"kind": "fq_dualpi2", "flows": 0}"#, "uplink.qdisc.flows", "must be even"),
+            (r#"{"kind": "fq_dualpi2", "quantum": 100}"#, "uplink.qdisc.quantum", "must be 256..1048576"),
+            (r#"{"kind": "fq_dualpi2", "alpha": 3}"#, "uplink.qdisc.alpha", "must be > 0 and <= 2"),
+            (r#"{"kind": "fq_dualpi2", "k": 0.1}"#, "uplink.qdisc.k", "must be in [0.5, 64]"),
+            (r#"{"kind": "fq_dualpi2", "l_min_th_ms": -1}"#, "uplink.qdisc.l_min_th_ms", "must be 0..60000"),
+            (r#"{"kind": "fq_dualpi2", "c_weight_pct": 120}"#, "uplink.qdisc.c_weight_pct", "must be 0..100"),
+            (r#"{"kind": "fq_dualpi2", "limit_pkts": 0}"#, "uplink.qdisc.limit_pkts", "must be 1..10000000"),
+            (r#"{"kind": "fq_dualpi2", "ecn": true}"#, "uplink.qdisc.ecn", "unknown field"),
+        ] {
+            let e = cfg(q).unwrap_err();
+            assert_eq!(e.field, field, "{q}: {e}");
+            assert!(e.msg.contains(words), "{q}: {e}");
+        }
+    }
+
+    #[test]
     fn pie_and_fq_pie_are_not_wifi_queues() {
-        for kind in ["pie", "fq_pie"] {
+        for kind in ["pie", "fq_pie", "fq_dualpi2"] {
             let text = r#"{"client_ifs": ["c1"], "server_if": "srv", "uplink": {}, "downlink": {},
                 "wifi": {"clients": [{"phy_rate_mbit": 100}], "queue": {"kind": "KIND"}}}"#;
             let e = Config::from_json(&text.replace("KIND", kind)).unwrap().validate().unwrap_err();

@@ -32,6 +32,16 @@
 //! Each queue carries the discipline's per-queue state `V` (fq_codel: its
 //! CoDel variables; fq_pie: its PIE controller; fq: nothing).  Counters per
 //! 5-tuple are kept in [`FlowStats`].
+//!
+//! **Classes.**  A DRR slot (what the hash picks, what the lists rotate,
+//! what owns the deficit) holds one FIFO per class: one for fq_codel, fq,
+//! lfq and fq_pie, where slot and queue are the same thing; two for
+//! fq_dualpi2, whose slots are pairs of a Classic and an L4S FIFO
+//! ([`FlowQueues::with_classes`], [`FlowQueues::push_class`]).  The slot is
+//! listed, active or empty as a whole; `serve` sees all its FIFOs and picks
+//! (fq_dualpi2's L precedence).  [`FlowQueues::queues`] lists every FIFO,
+//! slot `i`'s class `c` at `i * classes + c` (the queue index itself with one
+//! class).
 
 use std::collections::VecDeque;
 
@@ -56,32 +66,46 @@ struct Slot<V> {
     vars: V,
 }
 
-/// One flow queue as a discipline's per-queue AQM sees it: its FIFO, and the
-/// backlog of the whole discipline (CoDel's one-MTU rule, as Linux fq_codel).
+/// One flow queue as a discipline's per-queue AQM sees it: its FIFO(s), and
+/// the backlog of the whole discipline (CoDel's one-MTU rule, as Linux fq_codel).
 pub struct FlowSource<'a> {
-    q: &'a mut Fifo,
+    q: &'a mut [Fifo],
     others: usize,
 }
 
 impl FlowSource<'_> {
-    /// Bytes left in this flow's own queue (fq_pie's per-flow PIE).
+    /// Bytes left in this slot's own FIFOs (fq_pie's per-flow PIE).
     pub fn flow_bytes(&self) -> usize {
-        self.q.bytes()
+        self.q.iter().map(Fifo::bytes).sum()
+    }
+
+    /// The slot's FIFOs, one per class (fq_dualpi2: [Classic, L4S]).
+    pub fn classes(&mut self) -> &mut [Fifo] {
+        self.q
+    }
+
+    /// Bytes in the other slots.
+    pub fn others(&self) -> usize {
+        self.others
     }
 }
 
 impl CodelQueue for FlowSource<'_> {
+    /// The head of the slot's first FIFO (the only one of the one-class disciplines).
     fn pop(&mut self) -> Option<Packet> {
-        self.q.pop()
+        self.q[0].pop()
     }
     fn backlog(&self) -> usize {
-        self.others + self.q.bytes()
+        self.others + self.flow_bytes()
     }
 }
 
 pub struct FlowQueues<V> {
     quantum: i64,
     seed: u64,
+    /// FIFOs per slot.
+    classes: usize,
+    /// `classes` per slot, slot by slot.
     queues: Vec<Fifo>,
     slots: Vec<Slot<V>>,
     new_flows: VecDeque<usize>,
@@ -96,10 +120,17 @@ pub struct FlowQueues<V> {
 impl<V: Default> FlowQueues<V> {
     /// `flows` queues, `quantum` bytes per round, flow hash seeded with `seed`.
     pub fn new(flows: usize, quantum: usize, seed: u64) -> Self {
+        Self::with_classes(flows, 1, quantum, seed)
+    }
+
+    /// `flows` slots of `classes` FIFOs each (module comment, "Classes").
+    pub fn with_classes(flows: usize, classes: usize, quantum: usize, seed: u64) -> Self {
+        assert!(classes >= 1);
         Self {
             quantum: quantum as i64,
             seed,
-            queues: (0..flows).map(|_| Fifo::default()).collect(),
+            classes,
+            queues: (0..flows * classes).map(|_| Fifo::default()).collect(),
             slots: (0..flows).map(|_| Slot::default()).collect(),
             new_flows: VecDeque::new(),
             old_flows: VecDeque::new(),
@@ -124,25 +155,54 @@ impl<V: Default> FlowQueues<V> {
         (idx, key)
     }
 
-    /// The queue a 5-tuple hashes to.
+    /// The queue (slot) a 5-tuple hashes to.
     pub fn bucket_of(&self, key: &FlowKey) -> usize {
-        key.bucket(self.seed, self.queues.len())
+        key.bucket(self.seed, self.slots.len())
     }
 
-    /// Packets in queue `idx`.
+    /// The FIFOs of slot `idx`.
+    fn slot_fifos(&self, idx: usize) -> &[Fifo] {
+        &self.queues[idx * self.classes..(idx + 1) * self.classes]
+    }
+
+    /// FIFO `class` of slot `idx`.
+    pub fn fifo(&self, idx: usize, class: usize) -> &Fifo {
+        &self.queues[idx * self.classes + class]
+    }
+
+    /// Slots (hash buckets).
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Packets in queue (slot) `idx`, all classes.
     pub fn queue_len(&self, idx: usize) -> usize {
-        self.queues[idx].len()
+        self.slot_fifos(idx).iter().map(Fifo::len).sum()
+    }
+
+    /// Bytes in queue (slot) `idx`, all classes.
+    pub fn queue_bytes(&self, idx: usize) -> usize {
+        self.slot_fifos(idx).iter().map(Fifo::bytes).sum()
+    }
+
+    fn slot_empty(&self, idx: usize) -> bool {
+        self.slot_fifos(idx).iter().all(Fifo::is_empty)
     }
 
     /// Append `pkt` to queue `idx`; a queue on no list joins the new list.
     pub fn push(&mut self, idx: usize, pkt: Packet, now: Nanos) {
+        self.push_class(idx, 0, pkt, now);
+    }
+
+    /// Append `pkt` to FIFO `class` of slot `idx`; a slot on no list joins the new list.
+    pub fn push_class(&mut self, idx: usize, class: usize, pkt: Packet, now: Nanos) {
         self.len += 1;
         self.bytes += pkt.ip_len();
-        if self.queues[idx].is_empty() {
+        if self.slot_empty(idx) {
             self.active += 1;
             self.stats.on_active(self.active);
         }
-        self.queues[idx].push(pkt, now);
+        self.queues[idx * self.classes + class].push(pkt, now);
         let slot = &mut self.slots[idx];
         if !slot.listed {
             slot.listed = true;
@@ -160,13 +220,13 @@ impl<V: Default> FlowQueues<V> {
             .iter()
             .chain(self.old_flows.iter())
             .copied()
-            .filter(|&i| !self.queues[i].is_empty())
-            .max_by(|&a, &b| self.queues[a].bytes().cmp(&self.queues[b].bytes()).then(b.cmp(&a)))
+            .filter(|&i| !self.slot_empty(i))
+            .max_by(|&a, &b| self.queue_bytes(a).cmp(&self.queue_bytes(b)).then(b.cmp(&a)))
     }
 
-    /// Take the head packet of queue `idx` as a drop for `cause`.
+    /// Take the head packet of queue `idx` (its first class) as a drop for `cause`.
     pub fn drop_head(&mut self, idx: usize, cause: FlowDrop) -> Option<Packet> {
-        let p = self.queues[idx].pop()?;
+        let p = self.queues[idx * self.classes].pop()?;
         self.took(idx, 1, p.ip_len());
         self.stats.on_drop(&p, cause);
         Some(p)
@@ -189,13 +249,8 @@ impl<V: Default> FlowQueues<V> {
     /// The control socket's view of the queues holding packets (fq,
     /// fq_codel), by queue index, at most `max`; `limit`: the per-queue limit.
     pub fn flow_states(&self, limit: Option<usize>, max: usize) -> Vec<FlowState> {
-        let mut idx: Vec<usize> = self
-            .new_flows
-            .iter()
-            .chain(self.old_flows.iter())
-            .copied()
-            .filter(|&i| !self.queues[i].is_empty())
-            .collect();
+        let mut idx: Vec<usize> =
+            self.new_flows.iter().chain(self.old_flows.iter()).copied().filter(|&i| !self.slot_empty(i)).collect();
         idx.sort_unstable();
         idx.truncate(max);
         idx.into_iter()
@@ -204,8 +259,8 @@ impl<V: Default> FlowQueues<V> {
                 key: self.slots[i].last_key,
                 shared: None,
                 limit_pkts: limit,
-                backlog_pkts: self.queues[i].len(),
-                backlog_bytes: self.queues[i].bytes(),
+                backlog_pkts: self.queue_len(i),
+                backlog_bytes: self.queue_bytes(i),
                 extra: vec![],
                 features: None,
             })
@@ -215,7 +270,7 @@ impl<V: Default> FlowQueues<V> {
     fn took(&mut self, idx: usize, pkts: usize, bytes: usize) {
         self.len -= pkts;
         self.bytes -= bytes;
-        if pkts > 0 && self.queues[idx].is_empty() {
+        if pkts > 0 && self.slot_empty(idx) {
             self.active -= 1;
         }
     }
@@ -239,10 +294,12 @@ impl<V: Default> FlowQueues<V> {
                 continue;
             }
             let first_drop = drops.len();
-            let (before_len, before_bytes) = (self.queues[idx].len(), self.queues[idx].bytes());
-            let mut src = FlowSource { others: self.bytes - before_bytes, q: &mut self.queues[idx] };
+            let (before_len, before_bytes) = (self.queue_len(idx), self.queue_bytes(idx));
+            let k = self.classes;
+            let q = &mut self.queues[idx * k..(idx + 1) * k];
+            let mut src = FlowSource { others: self.bytes - before_bytes, q };
             let served = serve(&mut self.slots[idx].vars, &mut src, now, drops);
-            let (after_len, after_bytes) = (self.queues[idx].len(), self.queues[idx].bytes());
+            let (after_len, after_bytes) = (self.queue_len(idx), self.queue_bytes(idx));
             self.took(idx, before_len - after_len, before_bytes - after_bytes);
             for d in &drops[first_drop..] {
                 self.stats.on_drop(&d.pkt, FlowDrop::Aqm);
@@ -273,7 +330,7 @@ impl<V: Default> FlowQueues<V> {
         }
     }
 
-    /// Every queue (indexed like the flow buckets).
+    /// Every FIFO (indexed like the flow buckets with one class; module comment).
     pub fn queues(&self) -> &[Fifo] {
         &self.queues
     }
@@ -292,14 +349,21 @@ impl<V: Default> FlowQueues<V> {
 
     /// Enqueue instant of the oldest packet (listed queues only).
     pub fn head_enqueued(&self) -> Option<Nanos> {
-        self.new_flows.iter().chain(self.old_flows.iter()).filter_map(|&i| self.queues[i].head_enqueued()).min()
+        self.new_flows
+            .iter()
+            .chain(self.old_flows.iter())
+            .flat_map(|&i| self.slot_fifos(i).iter().filter_map(Fifo::head_enqueued))
+            .min()
     }
 
     /// Take every queued packet without verdicts; the lists are emptied.
     pub fn drain(&mut self) -> Vec<Packet> {
         let mut v = Vec::with_capacity(self.len);
+        let k = self.classes;
         for i in self.new_flows.drain(..).chain(self.old_flows.drain(..)) {
-            v.extend(self.queues[i].take_all());
+            for q in &mut self.queues[i * k..(i + 1) * k] {
+                v.extend(q.take_all());
+            }
             self.slots[i].listed = false;
         }
         (self.len, self.bytes, self.active) = (0, 0, 0);

@@ -120,6 +120,39 @@ pub enum Scheduler {
     TsFifo { tshift: Nanos },
 }
 
+/// The `wrr` scheduler's credit counter (module comment, "Scheduler"; Linux's
+/// C protection), also fq_dualpi2's between the two queues of a pair.
+#[derive(Debug, Clone)]
+pub struct WrrCredit {
+    c_weight_pct: f64,
+    credit: f64,
+}
+
+impl WrrCredit {
+    /// A counter giving the C queue `c_weight_pct` % of the bytes when both are backlogged.
+    pub fn new(c_weight_pct: f64) -> WrrCredit {
+        let mut w = WrrCredit { c_weight_pct, credit: 0.0 };
+        w.reset();
+        w
+    }
+
+    /// Both queues empty: back to MTU * (wc - wl).
+    pub fn reset(&mut self) {
+        self.credit = MTU_BYTES as f64 * (self.c_weight_pct - (100.0 - self.c_weight_pct));
+    }
+
+    /// Both queues backlogged: serve L (else C).
+    pub fn serve_l(&self) -> bool {
+        self.credit <= 0.0
+    }
+
+    /// `len` bytes were served from L (`l`) or C while the other queue was backlogged.
+    pub fn served(&mut self, l: bool, len: usize) {
+        let wc = self.c_weight_pct;
+        self.credit += if l { wc * len as f64 } else { -(100.0 - wc) * len as f64 };
+    }
+}
+
 /// Every parameter, in the emulator's units (see the module comment).
 #[derive(Debug, Clone)]
 pub struct Params {
@@ -227,7 +260,7 @@ pub struct DualPi2 {
     next_update: Nanos,
     /// recur() accumulator of the L marking decision.
     recur_l: f64,
-    credit: f64,
+    wrr: WrrCredit,
     rng: Pcg64Mcg,
     pub counters: Counters,
 }
@@ -237,7 +270,11 @@ const L: usize = 1;
 
 impl DualPi2 {
     pub fn new(prm: Params, seed: u64) -> DualPi2 {
-        let mut q = DualPi2 {
+        let c_weight_pct = match prm.scheduler {
+            Scheduler::Wrr { c_weight_pct } => c_weight_pct,
+            Scheduler::TsFifo { .. } => 0.0, // the credit is not used
+        };
+        DualPi2 {
             prm,
             q: [Fifo::default(), Fifo::default()],
             p: 0.0,
@@ -246,18 +283,9 @@ impl DualPi2 {
             q_prev: 0,
             next_update: 0,
             recur_l: 0.0,
-            credit: 0.0,
+            wrr: WrrCredit::new(c_weight_pct),
             rng: Pcg64Mcg::seed_from_u64(seed ^ 0xd0a1_9152_0000_0001),
             counters: Counters::default(),
-        };
-        q.credit = q.credit_init();
-        q
-    }
-
-    fn credit_init(&self) -> f64 {
-        match self.prm.scheduler {
-            Scheduler::Wrr { c_weight_pct } => MTU_BYTES as f64 * (c_weight_pct - (100.0 - c_weight_pct)),
-            Scheduler::TsFifo { .. } => 0.0,
         }
     }
 
@@ -385,7 +413,7 @@ impl DualPi2 {
         }
         match self.prm.scheduler {
             Scheduler::Wrr { .. } => {
-                if self.credit <= 0.0 {
+                if self.wrr.serve_l() {
                     L
                 } else {
                     C
@@ -402,12 +430,8 @@ impl DualPi2 {
     }
 
     fn credit_change(&mut self, served: usize, len: usize, other_backlogged: bool) {
-        if let Scheduler::Wrr { c_weight_pct } = self.prm.scheduler {
-            if other_backlogged {
-                let wc = c_weight_pct;
-                let wl = 100.0 - c_weight_pct;
-                self.credit += if served == L { wc * len as f64 } else { -wl * len as f64 };
-            }
+        if matches!(self.prm.scheduler, Scheduler::Wrr { .. }) && other_backlogged {
+            self.wrr.served(served == L, len);
         }
     }
 
@@ -433,7 +457,7 @@ impl Qdisc for DualPi2 {
     fn dequeue(&mut self, now: Nanos, drops: &mut Vec<Dropped>) -> Option<Packet> {
         loop {
             if self.q[C].is_empty() && self.q[L].is_empty() {
-                self.credit = self.credit_init();
+                self.wrr.reset();
                 return None;
             }
             let i = self.pick(now);

@@ -55,7 +55,13 @@
 //! ([`vdq_vq`]) over an L4S and a Classic FIFO ([`vdq_csaqm`]); its
 //! virtual-time tests are in `vdq_tests.rs`.
 //!
-//! Dual-queue disciplines (DualPI2, VDQ-CSAQM) tag each packet with its class
+//! fq_dualpi2 (paper 000) hashes flows into pairs of an L4S and a Classic
+//! FIFO ([`drr::FlowQueues`] with two FIFOs per slot), each pair coupled
+//! through its own PIE controller ([`pie::PieVars`]) and DualPI2's WRR
+//! credit ([`dualpi2::WrrCredit`]); its virtual-time tests are in
+//! `fq_dualpi2_tests.rs`.
+//!
+//! Dual-queue disciplines (DualPI2, VDQ-CSAQM, fq_dualpi2) tag each packet with its class
 //! ([`Packet::class`]) at enqueue, so the statistics can be kept per class,
 //! and report their per-class lengths and base probability (`class_lens`,
 //! `base_prob`) for intervals.csv and their counters (`stats_json`) for
@@ -69,6 +75,9 @@ pub mod fifo;
 pub mod flow_stats;
 pub mod fq;
 pub mod fq_codel;
+pub mod fq_dualpi2;
+#[cfg(test)]
+mod fq_dualpi2_tests;
 pub mod fq_pie;
 #[cfg(test)]
 mod fq_tests;
@@ -190,7 +199,7 @@ pub trait Qdisc: Send {
     fn on_timer(&mut self, _now: Nanos) {}
 
     /// Short name for logs and the summary ("pfifo", "codel", "dualpi2", "fq_codel", "fq", "lfq", "pie", "fq_pie",
-    /// "vdq_csaqm").
+    /// "vdq_csaqm", "fq_dualpi2").
     fn kind(&self) -> &'static str;
 
     /// Packets per class [Classic, L4S] of a dual-queue discipline (None: single queue).
@@ -260,5 +269,6 @@ pub fn build(cfg: &QdiscConfig, seed: u64) -> Box<dyn Qdisc> {
         QdiscConfig::Pie(p) => Box::new(pie::Pie::from_config(p, seed)),
         QdiscConfig::FqPie(f) => Box::new(fq_pie::FqPie::from_config(f, seed)),
         QdiscConfig::VdqCsaqm(v) => Box::new(vdq_csaqm::VdqCsaqm::from_config(v, seed)),
+        QdiscConfig::FqDualPi2(f) => Box::new(fq_dualpi2::FqDualPi2::from_config(f, seed)),
     }
 }

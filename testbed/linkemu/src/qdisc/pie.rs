@@ -178,7 +178,7 @@ impl PieVars {
         prm.max_burst.saturating_sub(self.burst_used)
     }
 
-    /// Set p (tests).
+    /// Set p (tests; fq_dualpi2's cap of p' at 1/k).
     pub fn set_prob(&mut self, p: f64) {
         self.prob = p;
     }
@@ -200,16 +200,20 @@ impl PieVars {
             && self.accu_prob == 0.0
     }
 
+    /// The rules of Linux pie_drop_early() before its draw: no early drop
+    /// while the burst allowance lasts, while qdelay < target/2 and p < 20 %,
+    /// or while the queue holds less than 2 MTU (`backlog` bytes).  fq_dualpi2
+    /// gates its Classic drops (p'^2) with them.
+    pub fn may_drop_early(&self, prm: &PieParams, backlog: usize) -> bool {
+        self.burst_used >= prm.max_burst
+            && !(self.qdelay < prm.target / 2 && self.prob < 0.2)
+            && backlog >= 2 * MTU_BYTES
+    }
+
     /// Linux pie_drop_early(): whether to signal congestion on a packet of
     /// `len` bytes arriving to a queue holding `backlog` bytes.
     fn drop_early(&mut self, prm: &PieParams, backlog: usize, len: usize, rng: &mut Pcg64Mcg) -> bool {
-        if self.burst_used < prm.max_burst {
-            return false;
-        }
-        if self.qdelay < prm.target / 2 && self.prob < 0.2 {
-            return false;
-        }
-        if backlog < 2 * MTU_BYTES {
+        if !self.may_drop_early(prm, backlog) {
             return false;
         }
         let p = if prm.bytemode && len <= MTU_BYTES { self.prob * len as f64 / MTU_BYTES as f64 } else { self.prob };

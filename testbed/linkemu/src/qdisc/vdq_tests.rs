@@ -13,6 +13,9 @@
 //! DCTCP-like scalable sender (ECT(1), +1 per RTT, once per RTT of ACKs
 //! alpha <- (1 - 1/16) alpha + F/16 with F the marked fraction, and
 //! cwnd <- cwnd (1 - alpha / 2) if anything was marked).
+//!
+//! The senders and the link harness are shared with `fq_dualpi2_tests.rs`
+//! (`pub(super)`).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -26,7 +29,7 @@ use crate::qdisc::control::Scalar;
 use crate::qdisc::DropCause;
 use crate::time::{Nanos, NS_PER_MS, NS_PER_S};
 
-const LEN: usize = 1500;
+pub(super) const LEN: usize = 1500;
 const ACK_DELAY: Nanos = 5 * NS_PER_MS;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -37,7 +40,7 @@ enum Cc {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Sender {
+pub(super) struct Sender {
     sport: u16,
     ecn: Ecn,
     cc: Cc,
@@ -67,14 +70,14 @@ impl Sender {
             next_pkt: sport as Nanos,
         }
     }
-    fn cbr(sport: u16, mbit: f64) -> Sender {
+    pub(super) fn cbr(sport: u16, mbit: f64) -> Sender {
         let gap = (LEN as f64 * 8.0 / mbit * 1e3) as Nanos;
         Sender::new(sport, Ecn::NotEct, Cc::Cbr { gap, stop: Nanos::MAX })
     }
-    fn reno(sport: u16) -> Sender {
+    pub(super) fn reno(sport: u16) -> Sender {
         Sender::new(sport, Ecn::NotEct, Cc::Reno)
     }
-    fn dctcp(sport: u16) -> Sender {
+    pub(super) fn dctcp(sport: u16) -> Sender {
         Sender::new(sport, Ecn::Ect1, Cc::Dctcp)
     }
 
@@ -114,11 +117,11 @@ impl Sender {
 }
 
 #[derive(Debug, Default, Clone)]
-struct Tally {
-    bytes_out: u64,
-    pkts_out: u64,
-    marks: u64,
-    drops: u64,
+pub(super) struct Tally {
+    pub(super) bytes_out: u64,
+    pub(super) pkts_out: u64,
+    pub(super) marks: u64,
+    pub(super) drops: u64,
     sojourn_sum: u128,
 }
 
@@ -126,7 +129,7 @@ impl Tally {
     fn mbit(&self, secs: f64) -> f64 {
         self.bytes_out as f64 * 8.0 / secs / 1e6
     }
-    fn sojourn_ms(&self) -> f64 {
+    pub(super) fn sojourn_ms(&self) -> f64 {
         self.sojourn_sum as f64 / self.pkts_out.max(1) as f64 / 1e6
     }
 }
@@ -150,19 +153,19 @@ struct Sim {
     ctv: Vec<(Nanos, u64, u64)>,
 }
 
-struct Run {
-    flows: BTreeMap<u16, Tally>,
-    l4s: Tally,
+pub(super) struct Run {
+    pub(super) flows: BTreeMap<u16, Tally>,
+    pub(super) l4s: Tally,
     secs: f64,
     ctv: Vec<(Nanos, u64, u64)>,
-    stats: Option<Value>,
+    pub(super) stats: Option<Value>,
 }
 
 impl Run {
-    fn mbit(&self, sport: u16) -> f64 {
+    pub(super) fn mbit(&self, sport: u16) -> f64 {
         self.flows[&sport].mbit(self.secs)
     }
-    fn total_mbit(&self) -> f64 {
+    pub(super) fn total_mbit(&self) -> f64 {
         self.flows.values().map(|f| f.mbit(self.secs)).sum()
     }
     /// CTV_1 at the last sample at or before `t`.
@@ -316,7 +319,7 @@ impl Sim {
     }
 }
 
-fn run(qdisc: &str, rate_mbit: f64, senders: &[Sender], until: Nanos, from: Nanos) -> Run {
+pub(super) fn run(qdisc: &str, rate_mbit: f64, senders: &[Sender], until: Nanos, from: Nanos) -> Run {
     Sim::new(qdisc, rate_mbit, senders, from).run(until)
 }
 

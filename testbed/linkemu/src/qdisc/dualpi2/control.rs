@@ -172,7 +172,8 @@ mod tests {
         for i in 0..50 {
             q.enqueue(Packet::from_frame(&build::ipv4_udp([2; 6], [4; 6], 1500, Ecn::NotEct), 0), i).unwrap();
         }
-        let lease = |p: f64| SetParams { base_prob: Some(BaseProb::Fixed(p)), hold_ms: Some(50.0), ..Default::default() };
+        let lease =
+            |p: f64| SetParams { base_prob: Some(BaseProb::Fixed(p)), hold_ms: Some(50.0), ..Default::default() };
         let a = q.set_from_control(&lease(0.01), 0).unwrap();
         assert_eq!(get(&a.params, "hold_ms"), Scalar::F(50.0));
         // Renewed every 32 ms (two PI updates): p' stays the agent's.

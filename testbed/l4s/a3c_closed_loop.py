@@ -1,0 +1,219 @@
+"""Paper 000's A3C agent in closed loop against DualPI2's PI controller, on the dynamic L4S template.
+
+Issue 14 asks of the agent, against the PI controller on the same runs: Classic-queue mean
+sojourn <= 17 ms, L-queue p99 <= 2 ms, utilisation within 2 points of the PI's, Classic drops
+no higher.  Each pair is ``l4s-dyn-CCA-vs-prague`` (PI) and ``l4s-dyn-CCA-vs-prague-a3c`` (the
+same scenario with ``agent = "../../models/dualpi2_a3c.json"`` in its dualpi2 table; generated
+by make_scenarios.py), CCA = cubic and reno, run once per seed (linkemu's seed; the two arms of a
+seed run back to back).  Resumable: a run folder with a summary.json is not run again.
+
+``report`` writes docs/l4s/a3c.md (one row per run and the verdicts, means over seeds) and
+docs/l4s/a3c-closed-loop.png (p' and the Classic sojourn over time, PI against the agent, first
+seed of each CCA).
+
+    sudo nice -n 5 .venv/bin/python testbed/l4s/a3c_closed_loop.py run --seeds 1 2 [--out results/a3c-closed-loop]
+    .venv/bin/python testbed/l4s/a3c_closed_loop.py report [--out results/a3c-closed-loop]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+SCENARIOS = HERE.parent / "scenarios"
+CCAS = ("cubic", "reno")
+ARMS = {"PI": "", "A3C": "-a3c"}
+C_MEAN_MAX_MS, L_P99_MAX_MS, UTIL_POINTS = 17.0, 2.0, 2.0
+
+
+def _report_module() -> Any:
+    spec = importlib.util.spec_from_file_location("l4s_report", HERE / "report.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run(seeds: Sequence[int], out: Path) -> int:
+    from ccswitch.bpf.prague import ensure_prague
+    from ccswitch.testbed.reports.run import report_run
+    from ccswitch.testbed.runs.runner import run_once
+    from ccswitch.testbed.scenario import ScenarioError, load_scenario
+
+    todo = [(cca, arm, seed) for seed in seeds for cca in CCAS for arm in ARMS]
+    try:
+        scen = {(cca, arm): load_scenario(SCENARIOS / f"l4s-dyn-{cca}-vs-prague{ARMS[arm]}.toml")
+                for cca in CCAS for arm in ARMS}
+    except ScenarioError as e:
+        print(f"a3c_closed_loop.py: {e} (make_scenarios.py writes the -a3c files once models/dualpi2_a3c.json "
+              "exists)", file=sys.stderr)
+        return 2
+    handle = ensure_prague()
+    t0 = time.monotonic()
+    done = 0
+    try:
+        for i, (cca, arm, seed) in enumerate(todo, 1):
+            run_dir = out / f"{cca}-{arm}" / f"seed-{seed}"
+            if (run_dir / "summary.json").is_file():
+                continue
+            run_once(scen[cca, arm], run_dir, seed=seed, label=f"{cca} {arm} seed {seed}", progress=False)
+            report_run(run_dir, plots=False)
+            done += 1
+            el = time.monotonic() - t0
+            left = len(todo) - i
+            print(f"a3c_closed_loop [{i}/{len(todo)}] {cca} {arm} seed {seed} done; load "
+                  f"{os.getloadavg()[0]:.1f}; ETA {el / done * left:.0f} s", flush=True)
+    finally:
+        handle.close()
+    return 0
+
+
+def run_metrics(run_dir: Path, rep: Any) -> dict[str, Any]:
+    """The issue's four numbers (and L:C per phase) of one run folder."""
+    r = rep.analyse(run_dir)
+    emu = r.emulator or {}
+    cl, q = emu.get("classes") or {}, emu.get("qdisc_stats") or {}
+    c, l4s = cl["classic"], cl["l4s"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    agent = (summary["meta"].get("router_agents") or {}).get("uplink") or {}
+    utils = [p.utilisation for p in r.phases if p.utilisation == p.utilisation]
+    return {
+        "c_mean_ms": c["sojourn_us"]["mean"] / 1000, "c_p99_ms": c["sojourn_us"]["p99"] / 1000,
+        "l_p99_ms": l4s["sojourn_us"]["p99"] / 1000,
+        "util": statistics.mean(utils) if utils else math.nan,
+        "c_drop_pct": 100 * c["drops_total"] / (c["packets_out"] + c["drops_total"]),
+        "p_mean": q.get("p_prime_mean", math.nan),
+        "lc": [p.lc_ratio for p in r.phases if p.lc_ratio == p.lc_ratio],
+        "agent_steps": agent.get("steps"), "agent_error": agent.get("error"),
+    }
+
+
+def _f(x: float, nd: int = 2) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def report(out: Path, doc: Path, png: Path) -> int:
+    rep = _report_module()
+    rows: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for cca in CCAS:
+        for arm in ARMS:
+            for d in sorted((out / f"{cca}-{arm}").glob("seed-*")):
+                if (d / "summary.json").is_file():
+                    rows[cca, arm, int(d.name.split("-")[1])] = run_metrics(d, rep)
+    if not rows:
+        print(f"a3c_closed_loop.py: no finished runs under {out}", file=sys.stderr)
+        return 1
+    lines = ["| Classic CCA | controller | seed | C sojourn mean (ms) | C p99 (ms) | L p99 (ms) | utilisation | "
+             "C dropped | p' mean | L:C per phase |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for (cca, arm, seed), m in sorted(rows.items()):
+        lc = ", ".join(f"{x:.2f}" for x in m["lc"])
+        lines.append(f"| {cca} | {arm} | {seed} | {_f(m['c_mean_ms'])} | {_f(m['c_p99_ms'], 1)} | "
+                     f"{_f(m['l_p99_ms'])} | {100 * m['util']:.1f} % | {_f(m['c_drop_pct'])} % | "
+                     f"{_f(m['p_mean'], 3)} | {lc} |")
+    verdict = ["", "| Classic CCA | seeds | C mean <= 17 ms | L p99 <= 2 ms | utilisation within 2 points of PI "
+               "| C drops no higher than PI |", "|---|---:|---|---|---|---|"]
+    for cca in CCAS:
+        seeds = sorted({s for (c, a, s) in rows if c == cca and (c, "PI", s) in rows and (c, "A3C", s) in rows})
+        if not seeds:
+            continue
+
+        def mean(arm: str, key: str, cca: str = cca, seeds: list[int] = seeds) -> float:
+            return statistics.mean(rows[cca, arm, s][key] for s in seeds)
+
+        a_c, a_l, a_u, p_u = mean("A3C", "c_mean_ms"), mean("A3C", "l_p99_ms"), mean("A3C", "util"), mean("PI", "util")
+        a_d, p_d = mean("A3C", "c_drop_pct"), mean("PI", "c_drop_pct")
+        ok = {True: "met", False: "NOT met"}
+        verdict.append(
+            f"| {cca} | {len(seeds)} | {a_c:.2f} ms (PI {mean('PI', 'c_mean_ms'):.2f}): {ok[a_c <= C_MEAN_MAX_MS]} | "
+            f"{a_l:.2f} ms (PI {mean('PI', 'l_p99_ms'):.2f}): {ok[a_l <= L_P99_MAX_MS]} | "
+            f"{100 * a_u:.1f} % vs {100 * p_u:.1f} %: {ok[100 * (p_u - a_u) <= UTIL_POINTS]} | "
+            f"{a_d:.2f} % vs {p_d:.2f} %: {ok[a_d <= p_d]} |")
+    text = "\n".join(lines + verdict) + "\n"
+    _plot(out, png, rows)
+    if doc is not None:
+        doc.parent.mkdir(parents=True, exist_ok=True)
+        doc.write_text(text)
+    print(text)
+    return 0
+
+
+def _series(run_dir: Path) -> tuple[list[float], list[float], list[float]]:
+    t, p, c = [], [], []
+    with (run_dir / "emulator" / "intervals.csv").open(newline="") as f:
+        for row in csv.DictReader(f):
+            if row["direction"] != "uplink" or row["client"] != "-1":
+                continue
+            t.append(float(row["t_s"]))
+            p.append(float(row["p_prime"]) if row.get("p_prime") else math.nan)
+            c.append(float(row["c_sojourn_mean_us"]) / 1000 if row.get("c_sojourn_mean_us") else math.nan)
+    return t, p, c
+
+
+def _plot(out: Path, png: Path, rows: dict[tuple[str, str, int], dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ccas = [c for c in CCAS if any(k[0] == c for k in rows)]
+    fig, axes = plt.subplots(2, len(ccas), figsize=(6.5 * len(ccas), 6), sharex=True, squeeze=False)
+    for j, cca in enumerate(ccas):
+        seed = min(s for (c, _a, s) in rows if c == cca)
+        for arm, color in (("PI", "C1"), ("A3C", "C0")):
+            d = out / f"{cca}-{arm}" / f"seed-{seed}"
+            if not (d / "emulator" / "intervals.csv").is_file():
+                continue
+            t, p, c = _series(d)
+            axes[0, j].plot(t, p, color=color, label=arm)
+            axes[1, j].plot(t, c, color=color, label=arm)
+        axes[0, j].set_title(f"{cca} vs prague, seed {seed} (phases L-C: 1-1, 4-1, 4-4, 1-4)", fontsize=10)
+        axes[0, j].set_ylabel("p' (1 s mean)")
+        axes[1, j].set_ylabel("Classic sojourn mean (ms)")
+        axes[1, j].axhline(15, color="k", lw=0.8, ls="--")
+        axes[1, j].set_xlabel("time (s)")
+        for ax in axes[:, j]:
+            ax.grid(alpha=0.3)
+            for b in (20, 40, 60):
+                ax.axvline(b, color="grey", lw=0.6)
+            ax.legend(fontsize=8)
+    fig.suptitle("DualPI2's p': A3C agent vs PI controller (50 Mbit/s, 5 ms)", fontsize=11)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    r.add_argument("--out", type=Path, default=ROOT / "results" / "a3c-closed-loop")
+    p = sub.add_parser("report")
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "a3c-closed-loop")
+    p.add_argument("--doc", type=Path, default=ROOT / "docs" / "l4s" / "a3c.md")
+    p.add_argument("--png", type=Path, default=ROOT / "docs" / "l4s" / "a3c-closed-loop.png")
+    a = ap.parse_args(argv)
+    if a.cmd == "run":
+        if os.geteuid() != 0:
+            print("a3c_closed_loop.py: needs root (namespaces, BPF Prague); rerun with sudo", file=sys.stderr)
+            return 2
+        return run(a.seeds, a.out)
+    return report(a.out, a.doc, a.png)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
