@@ -1,6 +1,6 @@
 """The emulated testbed, in the order a scenario flows through it.
 
-``scenario/``  the contract: scenario files (``model``, ``parse``), a scenario's
+``scenario/``  the contract: scenario files (``model``, ``model_qdisc``, ``parse``, ``parse_qdisc``), a scenario's
                arms (``arms``), its daemon settings as ccswitchd config
                (``daemon_config``), the declarative scenario space and its
                generator of train/dev/test splits (``space``, ``generate``)
