@@ -16,7 +16,7 @@ from ccswitch.envs.features import OBS_DIM, Normalisation, feature_names
 from ccswitch.envs.replay import ReplayCorpus
 from ccswitch.models.dqn import Hyperparameters, apply_overrides
 from ccswitch.models.evaluate import evaluate, summarise
-from ccswitch.models.policy import DEFAULT_POLICY, PolicyError, _checksum, load_policy, save_policy
+from ccswitch.models.policy import DEFAULT_POLICY, PolicyError, document_checksum, load_policy, save_policy
 
 # A short run on 6 synthetic conditions (2 held out); ~1000 environment steps.
 FAST = ["episodes=120", "learning_starts=200", "target_update_interval=100", "exploration_fraction=0.6",
@@ -150,7 +150,7 @@ def _valid_doc(tmp_path: Path) -> tuple[Path, dict]:
 
 def _write(path: Path, doc: dict, *, fix_checksum: bool = True) -> None:
     if fix_checksum:
-        doc["checksum"] = _checksum(doc)
+        doc["checksum"] = document_checksum(doc)
     path.write_text(json.dumps(doc))
 
 
