@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from .policy import PolicyError, canonical_json, decode_array, document_checksum, encode_array
+from .policy import PolicyError, decode_array, document_checksum, encode_array, write_signed
 
 __all__ = ["ACTOR_FORMAT", "LEASE_INTERVALS", "OBS_FEATURES", "Actor", "ActorError", "Observer", "annotate_actor",
            "load_actor", "next_base_prob", "reward", "save_actor"]
@@ -216,13 +216,7 @@ def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Seque
         "training": json.loads(json.dumps(dict(training or {}), default=str)),
         "evaluation": json.loads(json.dumps(dict(evaluation or {}), default=str)),
     }
-    doc["checksum"] = document_checksum(doc)
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    tmp.replace(p)
-    return str(doc["checksum"])
+    return write_signed(path, doc)
 
 
 def load_actor(path: str | Path) -> Actor:
@@ -284,7 +278,5 @@ def annotate_actor(path: str | Path, evaluation: Mapping[str, Any]) -> str:
     p = Path(path)
     doc = json.loads(p.read_text())
     load_actor(p)  # refuse to re-sign a corrupt file
-    doc["evaluation"] = json.loads(canonical_json(json.loads(json.dumps(dict(evaluation), default=str))))
-    doc["checksum"] = document_checksum(doc)
-    p.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    return str(doc["checksum"])
+    doc["evaluation"] = json.loads(json.dumps(dict(evaluation), default=str))
+    return write_signed(p, doc)

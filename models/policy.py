@@ -44,8 +44,7 @@ import numpy as np
 from ccswitch.envs.features import BASE_FEATURES, FEATURE_VERSION, Normalisation, feature_names
 
 __all__ = ["DEFAULT_POLICY", "FORMAT", "POLICY_VERSION", "Policy", "PolicyError", "canonical_json", "decode_array",
-           "document_checksum", "encode_array", "load_policy",
-           "save_policy"]
+           "document_checksum", "encode_array", "load_policy", "save_policy", "write_signed"]
 
 FORMAT = "ccswitch-policy"
 POLICY_VERSION = 1
@@ -65,6 +64,19 @@ def canonical_json(doc: Mapping[str, Any]) -> str:
 def document_checksum(doc: Mapping[str, Any]) -> str:
     body = {k: v for k, v in doc.items() if k != "checksum"}
     return "sha256:" + hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+def write_signed(path: str | Path, doc: dict[str, Any]) -> str:
+    """Sign *doc* (its ``checksum`` key) and write it to *path* atomically; returns the checksum.
+
+    One writer for every checksummed model document (policy files, DualPI2 actor files)."""
+    doc["checksum"] = document_checksum(doc)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    tmp.replace(p)
+    return str(doc["checksum"])
 
 
 def encode_array(a: np.ndarray) -> dict[str, Any]:
@@ -154,13 +166,7 @@ def save_policy(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequ
                                for k, b in zip(kernels, biases, strict=True)]},
         "training": json.loads(json.dumps(dict(training or {}), default=_jsonable)),
     }
-    doc["checksum"] = document_checksum(doc)
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    tmp.replace(p)
-    return str(doc["checksum"])
+    return write_signed(path, doc)
 
 
 def _jsonable(o: Any) -> Any:
@@ -266,8 +272,4 @@ def annotate_policy(path: str | Path, evaluation: Mapping[str, Any]) -> str:
     load_policy(p)  # a valid file first
     doc = json.loads(p.read_text())
     doc["evaluation"] = json.loads(json.dumps(dict(evaluation), default=_jsonable))
-    doc["checksum"] = document_checksum(doc)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    tmp.replace(p)
-    return str(doc["checksum"])
+    return write_signed(p, doc)
