@@ -59,8 +59,41 @@ def parse_state(text: str) -> dict[str, Any]:
     return out
 
 
+STATE_RANGES: dict[str, tuple[float, float]] = {
+    "throughput_mbps": (0.0, 1e6), "rtt_ms": (1e-3, 1e6), "min_rtt_ms": (0.0, 1e6), "loss": (0.0, 1.0),
+    "jitter_ms": (0.0, 1e6), "sending_rate_mbps": (0.0, 1e6), "others": (0, 1e6), "share": (-1.0, 1.0),
+    "jain": (0.0, 1.0),
+}
+"""Accepted values per numeric key (inclusive).  rtt_ms must be positive: the RTT ratio divides by it."""
+
+
+def validate_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A hypothetical state from the CLI or the control socket -> typed dict; ValueError names the bad key."""
+    out: dict[str, Any] = {}
+    for k, v in state.items():
+        if k not in STATE_KEYS:
+            raise ValueError(f"state: unknown key {k!r} (known: {', '.join(STATE_KEYS)})")
+        default = STATE_KEYS[k][0]
+        if isinstance(default, str):
+            if not isinstance(v, str):
+                raise ValueError(f"state: {k} must be a string, got {v!r}")
+            out[k] = v
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float | str):
+            raise ValueError(f"state: {k} must be a number, got {v!r}")
+        try:
+            x = float(v)
+        except ValueError:
+            raise ValueError(f"state: {k} must be a number, got {v!r}") from None
+        lo, hi = STATE_RANGES[k]
+        if not lo <= x <= hi:  # also refuses NaN
+            raise ValueError(f"state: {k} = {v!r} is out of range; give a value in [{lo:g}, {hi:g}]")
+        out[k] = int(x) if isinstance(default, int) else x
+    return out
+
+
 def observation(policy: Policy, state: Mapping[str, Any]) -> np.ndarray:
-    s = {k: v[0] for k, v in STATE_KEYS.items()} | dict(state)
+    s = {k: v[0] for k, v in STATE_KEYS.items()} | validate_state(state)
     thr = float(s["throughput_mbps"]) * 1e6
     rtt = float(s["rtt_ms"]) * 1e3
     min_rtt = float(s["min_rtt_ms"]) * 1e3 or rtt

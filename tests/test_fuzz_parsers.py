@@ -17,22 +17,27 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ccswitch.daemon.config import KEYS, Config, ConfigError, load_config, parse_config, render_default
+from ccswitch.daemon.explain import STATE_KEYS, explain_state
 from ccswitch.daemon.protocol import encode
 from ccswitch.daemon.server import ControlServer
 from ccswitch.datasets.trace import TraceError, read_manifest
 from ccswitch.models.policy import DEFAULT_POLICY, PolicyError, document_checksum, load_policy
 from ccswitch.testbed.scenario.model import ScenarioError
 from ccswitch.testbed.scenario.parse import parse_scenario
+
+_SHIPPED = load_policy(DEFAULT_POLICY)
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted((REPO / "testbed" / "scenarios").glob("*.toml"))
@@ -251,3 +256,29 @@ def test_control_socket_requests(payload: bytes) -> None:
     good = _exchange(server, encode({"op": "status", "args": {}}))
     assert good["ok"] is True and good["result"] == {"ok": 1}
 
+
+
+# ------------------------------------------------------------------ explain --state
+state_values = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10, 10**7), st.booleans(),
+                         st.sampled_from(["0", "-1", "nan", "x", "bbr", "cubic"]), st.none(), st.lists(st.integers(),
+                                                                                                       max_size=2))
+
+
+@FUZZ
+@given(st.dictionaries(st.sampled_from([*STATE_KEYS, "bogus"]), state_values, max_size=5))
+def test_explain_states(state: dict[str, Any]) -> None:
+    """A hypothetical state (CLI --state, socket explain {state}): a one-line ValueError naming the key,
+    or finite Q-values and features (a zero RTT once divided by zero here: tests/fuzz_regressions)."""
+    try:
+        out = explain_state(_SHIPPED, state)
+    except ValueError as e:
+        assert "\n" not in str(e) and str(e).startswith("state: "), e
+        return
+    assert all(math.isfinite(v) for v in out["q"].values()), out
+    assert all(math.isfinite(v) for v in out["features"].values()), out
+
+
+def test_explain_rejects_zero_rtt() -> None:
+    with pytest.raises(ValueError, match="rtt_ms = 0 is out of range"):
+        explain_state(_SHIPPED, {"throughput_mbps": 40, "rtt_ms": 0})
+    assert explain_state(_SHIPPED, {"throughput_mbps": 40, "rtt_ms": 0.5})["best"] in _SHIPPED.actions
