@@ -441,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--seed", type=int, default=Hyperparameters.seed)
     t.add_argument("--warmup-s", type=float, default=Hyperparameters.warmup_s,
                    help="seconds the flows run under the PI controller before each episode")
+    t.add_argument("--gamma", type=float, default=Hyperparameters.gamma, help="discount per control interval")
     b = sub.add_parser("pi-baseline", help="the PI controller on a training run's episode conditions (root)")
     b.add_argument("run_dir", type=Path)
     c = sub.add_parser("compare", help="actor vs PI controller on drawn conditions (root)")
@@ -453,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         print("a3c_dualpi2: needs root (network namespaces, BPF Prague); rerun with sudo", file=sys.stderr)
         return 2
     if a.cmd == "train":
-        hp = Hyperparameters(episodes=a.episodes, workers=a.workers, seed=a.seed, warmup_s=a.warmup_s)
+        hp = Hyperparameters(episodes=a.episodes, workers=a.workers, seed=a.seed, warmup_s=a.warmup_s,
+                             gamma=a.gamma)
         print(f"a3c: wrote {train(hp, a.out)}")
     elif a.cmd == "pi-baseline":
         rows = pi_baseline(a.run_dir)

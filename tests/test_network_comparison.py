@@ -21,7 +21,10 @@ def test_only_the_uplink_queue_changes(queue: str) -> None:
         assert var.flows == base.flows and var.daemon == base.daemon and var.duration_s == base.duration_s
         kind = type(var.link.uplink.qdisc).__name__.lower()
         assert kind.replace("_", "") in {"pfifo": "pfifo", "fq_codel": "fqcodel", "fq-100": "fq",
-                                         "dualpi2": "dualpi2"}[queue]
+                                         "dualpi2": "dualpi2", "dualpi2-a3c": "dualpi2",
+                                         "vdq_csaqm": "vdqcsaqm"}[queue]
+        if queue == "dualpi2-a3c":  # the shipped actor, found wherever the scenario copy is written
+            assert var.link.uplink.qdisc.agent is not None and var.link.uplink.qdisc.agent.is_file()
 
 
 def test_bad_queue_and_foreign_file_are_one_line_errors(tmp_path: Path) -> None:

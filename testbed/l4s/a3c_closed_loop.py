@@ -12,6 +12,7 @@ docs/l4s/a3c-closed-loop.png (p' and the Classic sojourn over time, PI against t
 seed of each CCA).
 
     sudo nice -n 5 .venv/bin/python testbed/l4s/a3c_closed_loop.py run --seeds 1 2 [--out results/a3c-closed-loop]
+        [--actor results/a3c-N/actor.json]   # a candidate in the A3C arm instead of the shipped actor
     .venv/bin/python testbed/l4s/a3c_closed_loop.py report [--out results/a3c-closed-loop]
 """
 
@@ -47,7 +48,16 @@ def _report_module() -> Any:
     return mod
 
 
-def run(seeds: Sequence[int], out: Path) -> int:
+def with_actor(scenario: Any, actor: Path) -> Any:
+    """*scenario* with its uplink DualPI2's agent replaced by *actor* (a candidate before it is shipped)."""
+    from dataclasses import replace
+
+    up = scenario.link.uplink
+    return replace(scenario, link=replace(scenario.link, uplink=replace(up, qdisc=replace(up.qdisc,
+                                                                                          agent=actor.resolve()))))
+
+
+def run(seeds: Sequence[int], out: Path, actor: Path | None = None) -> int:
     from ccswitch.bpf.prague import ensure_prague
     from ccswitch.testbed.reports.run import report_run
     from ccswitch.testbed.runs.runner import run_once
@@ -61,6 +71,12 @@ def run(seeds: Sequence[int], out: Path) -> int:
         print(f"a3c_closed_loop.py: {e} (make_scenarios.py writes the -a3c files once models/dualpi2_a3c.json "
               "exists)", file=sys.stderr)
         return 2
+    if actor is not None:
+        if not actor.is_file():
+            print(f"a3c_closed_loop.py: --actor {actor}: no such file (a training run writes OUT/actor.json)",
+                  file=sys.stderr)
+            return 2
+        scen |= {(cca, "A3C"): with_actor(scen[cca, "A3C"], actor) for cca in CCAS}
     handle = ensure_prague()
     t0 = time.monotonic()
     done = 0
@@ -202,6 +218,7 @@ def main(argv: Sequence[str]) -> int:
     r = sub.add_parser("run")
     r.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     r.add_argument("--out", type=Path, default=ROOT / "results" / "a3c-closed-loop")
+    r.add_argument("--actor", type=Path, help="run the A3C arm with this actor file instead of the shipped one")
     p = sub.add_parser("report")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "a3c-closed-loop")
     p.add_argument("--doc", type=Path, default=ROOT / "docs" / "l4s" / "a3c.md")
@@ -211,7 +228,7 @@ def main(argv: Sequence[str]) -> int:
         if os.geteuid() != 0:
             print("a3c_closed_loop.py: needs root (namespaces, BPF Prague); rerun with sudo", file=sys.stderr)
             return 2
-        return run(a.seeds, a.out)
+        return run(a.seeds, a.out, a.actor)
     return report(a.out, a.doc, a.png)
 
 
