@@ -77,7 +77,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
                f"over {st['ticks']} ticks that read the monitor ({st.get('idle_ticks', 0)} did not)")
     per = ", ".join(f"{k} {v}" for k, v in sorted(st["flows_per_cca"].items())) or "none"
     click.echo(f"flows: {st['flows']} ({per}); managed {st['managed']}, pinned {st['pinned']}")
-    click.echo(f"decisions {st['decisions']}, switches {st['switches']} (explore {st.get('explores', 0)}), reverts "
+    click.echo(f"decisions {st['decisions']}, switches {st['switches']} (explore {st.get('explores', 0)}, "
+               f"escape {st.get('escapes', 0)}), reverts "
                f"{st['reverts']}, manual {st['manual']}, failed {st['failed']}")
     for u in st.get("unfairness", []):
         click.echo(f"path {u['path']}: {u['flows']} flows, Jain {u['jain']:.3f}, Thratio "

@@ -187,6 +187,19 @@ KEYS: tuple[Key, ...] = (
         "Desynchronisation: each flow waits a random 0..jitter_s s (drawn at first sight and at each switch) "
         "on top of min_dwell_s before a policy switch, so daemons on different clients do not move together, "
         "s (0 = off).", _ge(0.0)),
+    Key("guard", "escape_loss", 0.0,
+        "Starvation escape: a managed flow on CUBIC/Reno whose interval loss rate is at least this (fraction) "
+        "at a cwnd of at most escape_cwnd_segs for escape_after_s moves to escape_to, the other CCAs held off "
+        "for holdoff_s (a loss-limited flow cannot grow on a loss-based CCA; docs/learning.md); 0 = off.",
+        lambda v: None if 0 <= v < 1 else f"must be a fraction in [0, 1), got {v}"),
+    Key("guard", "escape_cwnd_segs", 10.0, "Starvation escape: the cwnd, segments, at or below which a lossy flow "
+        "counts as loss-limited.", _gt(0.0)),
+    Key("guard", "escape_after_s", 3.0, "Starvation escape: how long a flow stays loss-limited before it moves, s.",
+        _ge(0.0)),
+    Key("guard", "escape_to", "bbr", "Starvation escape: the CCA a loss-limited flow moves to (one the policy "
+        "may choose; a CCA that does not back off on loss).",
+        lambda v: None if v and v not in ("cubic", "reno") else f"must be a CCA that does not back off on loss "
+            f"(e.g. \"bbr\" or \"pcc\"), got {v!r}"),
     # -- flows
     Key("flows", "min_age_s", 2.0, "Flows younger than this are left alone, s.", _ge(0.0)),
     Key("flows", "cgroups", [],

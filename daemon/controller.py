@@ -46,6 +46,7 @@ import numpy as np
 from ccswitch.bpf.switcher import SwitchResult
 from ccswitch.daemon.aggregate import Aggregator
 from ccswitch.daemon.config import Config
+from ccswitch.daemon.escape import LOSS_BASED, EscapeConfig, StarvationDetector
 from ccswitch.daemon.explore import ExploreConfig, Explorer, Proposal
 from ccswitch.daemon.flowindex import FlowIndex
 from ccswitch.daemon.guard import Guard, GuardConfig, Verdict
@@ -84,6 +85,7 @@ class TickStats:
     manual: int = 0
     failed: int = 0
     explores: int = 0
+    escapes: int = 0  # starvation escapes (escape.py)
     idle: int = 0  # ticks without a monitor read (daemon.sample_every_tick = false, no --record)
     recent_ms: deque[float] = field(default_factory=lambda: deque(maxlen=300))
     recent_sample_ms: deque[float] = field(default_factory=lambda: deque(maxlen=300))
@@ -109,7 +111,7 @@ class TickStats:
                 "own_ms_p99": pct(own, 0.99), "flows": self.flows,
                 "managed": self.managed, "decisions": self.decisions, "switches": self.switches,
                 "reverts": self.reverts, "manual": self.manual, "failed": self.failed,
-                "explores": self.explores, "idle_ticks": self.idle}
+                "explores": self.explores, "escapes": self.escapes, "idle_ticks": self.idle}
 
 
 class Controller:
@@ -165,6 +167,8 @@ class Controller:
         ecfg = ExploreConfig.from_config(cfg.policy, cfg.guard)
         self.explorer = (Explorer(ecfg, clock=self.clock) if ecfg.enabled and decider.explores
                          and not self.observe_only else None)
+        scfg = EscapeConfig.from_guard(cfg.guard)
+        self.escape = StarvationDetector(scfg) if scfg.enabled and not self.observe_only else None
         self._props: dict[int, Proposal] = {}
         self._ticks_since_decision = 0
         self._aggregator = Aggregator()
@@ -269,6 +273,9 @@ class Controller:
             i = int(rows[k])
             self._first[slots[k]] = g.track(int(ids[i]), ccas[i]).first_seen
             self._ravg[slots[k]] = np.nan
+        if self.escape is not None:
+            self.escape.grow(self._flows.size)
+            self.escape.reset(slots[new])
         # the flow's reward before a switch: an exponential mean over guard.eval_window_s
         r_m = rew[rows]
         prev = self._ravg[slots]
@@ -283,7 +290,8 @@ class Controller:
             v = g.observe(fid, ccas[i], float(rew[i]))
             if v is not None:
                 self._evaluated(fid, ccas[i], v, out)
-        managed_rows = rows[now - self._first[slots] >= min_age]
+        aged = now - self._first[slots] >= min_age
+        managed_rows = rows[aged]
         self.stats.managed = len(managed_rows)
         scores = self.decider.scores(agg, fair.group, now)
         self._last_ids = ids
@@ -314,6 +322,8 @@ class Controller:
         # a flow the guard is busy with goes the slow way below)
         self._last_margin = set(ids[managed_rows[quiet & ~fast]].tolist())
         props = self._props = self._explore(managed_rows, ids, ccas, scores.values, keep_cols, fair, reverting, now)
+        if self.escape is not None:
+            props.update(self._escapes(agg, managed_rows, slots[aged], ccas, allowed, reverting, now))
         if log_all:
             todo = managed_rows.tolist()
         else:
@@ -390,6 +400,27 @@ class Controller:
                 out[fid] = p
         return out
 
+    def _escapes(self, agg: FlowFrame, managed_rows: np.ndarray, mslots: np.ndarray, ccas: _Ccas,
+                 allowed: list[str], reverting: set[int], now: float) -> dict[int, Proposal]:
+        """Starvation-escape proposals (escape.py) for managed flows stuck on a loss-based CCA."""
+        esc = self.escape
+        assert esc is not None
+        if not len(managed_rows) or esc.cfg.to not in allowed:
+            return {}
+        codes, names = ccas.codes, ccas.names
+        lb_codes = np.array([n in LOSS_BASED for n in names], dtype=bool)
+        loss = agg.column("loss_rate")[managed_rows].astype(np.float64)
+        cwnd = agg.column("cwnd_segs")[managed_rows].astype(np.float64)
+        due = esc.update(mslots, lb_codes[codes[managed_rows]], loss, cwnd, now)
+        ids = agg.column("flow_id")
+        out: dict[int, Proposal] = {}
+        for k in np.flatnonzero(due).tolist():
+            fid = int(ids[managed_rows[k]])
+            if fid not in reverting:
+                out[fid] = Proposal("escape", esc.cfg.to, esc.reason(float(loss[k]), float(cwnd[k]),
+                                                                     float(esc.since[mslots[k]]), now))
+        return out
+
     def _evaluated(self, fid: int, cca: str, v: Verdict, out: list[tuple[int, str, str, Verdict, dict[str, Any]]]
                    ) -> None:
         hist = self._pending_hist.pop(fid, None)
@@ -419,7 +450,9 @@ class Controller:
         befores = np.where(slots >= 0, self._ravg[np.maximum(slots, 0)], np.nan).tolist()
         for (fid, to, prev, v, rec), res, before in zip(requests, results, befores, strict=True):
             kind = "revert" if v.action == "revert" else "policy"
-            explored = kind == "policy" and fid in self._props
+            prop = self._props.get(fid) if kind == "policy" else None
+            escaped = prop is not None and prop.kind == "escape"
+            explored = prop is not None and not escaped
             if explored and self.explorer is not None:
                 self.explorer.applied(fid, to, res.ok)
             if res.ok:
@@ -432,8 +465,13 @@ class Controller:
                 else:
                     self.stats.switches += 1
                     self.stats.explores += explored
+                    self.stats.escapes += escaped
+                if escaped:  # the policy may not take the flow straight back into the trap
+                    for a in self.allowed():
+                        if a != to:
+                            self.guard.hold_off(fid, a)
                 hist = {"ts": rec["ts"], "flow": fid, "from": prev, "to": to,
-                        "kind": "explore" if explored else kind, "reason": v.reason,
+                        "kind": "escape" if escaped else "explore" if explored else kind, "reason": v.reason,
                         "verdict": "evaluating" if kind == "policy" and self.guard.cfg.eval_window_s > 0
                         else ("reverted" if kind == "revert" else "-")}
                 self.history.append(hist)

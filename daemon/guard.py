@@ -304,7 +304,8 @@ class Guard:
         return None
 
     def hold_off(self, flow: int, cca: str) -> None:
-        """Take *cca* out of the flow's candidates for holdoff_s (the kernel refused a switch to it)."""
+        """Take *cca* out of the flow's candidates for holdoff_s (the kernel refused a switch to it, or the
+        flow escaped from it: escape.py)."""
         fg = self.flows.get(flow)
         if fg is None:
             return

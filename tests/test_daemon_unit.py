@@ -523,6 +523,57 @@ def test_refused_switch_holds_off_warns_once_and_recovers(caplog: pytest.LogCapt
     assert [r.getMessage() for r in caplog.records].count("switching works again") == 1
 
 
+class LossyPlane(FakePlane):
+    """FakePlane whose flows also report a loss rate (retransmitted / sent) and a cwnd per flow."""
+
+    def __init__(self, ccas: dict[int, str], loss: dict[int, float], cwnd: dict[int, float]):
+        super().__init__(ccas, {"cubic": 2.0, "reno": 2.0, "bbr": 20.0, "pcc": 10.0})
+        self.loss, self.cwnd = loss, cwnd
+
+    def sample(self) -> pa.Table:
+        return _table([{"flow_id": f, "dst": self.dst, "cca": c, "state": 1, "interval_s": 1.0,
+                        "throughput_bps": self.mbps[c] * 1e6, "rtt_us": 40e3, "sndq_bytes": 1000,
+                        "sent_segs": 1000, "retrans_segs": round(1000 * self.loss[f]), "loss_rate": self.loss[f],
+                        "rtt_ratio": 2.0,
+                        "cwnd_segs": self.cwnd[f]} for f, c in self.cca.items()])
+
+
+ESCAPE_GUARD = {**EXPLORE_GUARD, "eval_window_s": 0.0, "min_dwell_s": 0.0, "holdoff_s": 60.0,
+                "escape_loss": 0.04, "escape_cwnd_segs": 10.0, "escape_after_s": 3.0}
+
+
+def test_starvation_escape_moves_only_loss_limited_flows_and_holds() -> None:
+    """Flow 1: CUBIC at 8 % loss and cwnd 6 (loss-limited) -> BBR once stuck for escape_after_s, and the
+    static-CUBIC policy cannot take it back while CUBIC is held off.  Flow 2: same loss at cwnd 40
+    (a big window with a lossy interval) and flow 3: cwnd 6 at 1 % loss stay.  Flow 4, pinned, stays."""
+    plane = LossyPlane({1: "cubic", 2: "cubic", 3: "cubic", 4: "cubic"}, {1: 0.08, 2: 0.08, 3: 0.01, 4: 0.08},
+                       {1: 6, 2: 40, 3: 6, 4: 6})
+    ctl, clock = _controller(plane, {"kind": "static", "static_cca": "cubic"}, ESCAPE_GUARD)
+    ctl.guard.pin(4, "cubic", "cubic")
+    seen = _run(ctl, clock, 20)
+    assert seen.index("bbr") == 3  # stuck at t = 0, 1, 2, 3: due on the 4th decision (>= 3 s)
+    assert set(seen[3:]) == {"bbr"}  # held: static-CUBIC would switch back at once otherwise
+    assert plane.switches == [(1, "bbr")] and plane.cca == {1: "bbr", 2: "cubic", 3: "cubic", 4: "cubic"}
+    assert ctl.stats.escapes == 1 and ctl.stats.switches == 1
+    (h,) = ctl.history
+    assert h["kind"] == "escape" and h["reason"].startswith("escape: 8.0 % loss at cwnd 6"), h
+    assert {"cubic", "pcc"} <= set(ctl.guard.flows[1].holdoff)
+    assert ctl.last_decision[1]["to"] == "bbr"  # the policy wants cubic back; the hold-off keeps bbr
+
+
+def test_starvation_escape_off_by_default_and_reset_by_a_good_interval() -> None:
+    plane = LossyPlane({1: "cubic"}, {1: 0.08}, {1: 6})
+    ctl, clock = _controller(plane, {"kind": "static", "static_cca": "cubic"}, {**ESCAPE_GUARD, "escape_loss": 0.0})
+    assert ctl.escape is None and set(_run(ctl, clock, 10)) == {"cubic"}
+    ctl, clock = _controller(plane, {"kind": "static", "static_cca": "cubic"}, ESCAPE_GUARD)
+    _run(ctl, clock, 3)  # stuck for 2 s
+    plane.loss[1] = 0.0
+    _run(ctl, clock, 1)  # one clean interval: the count starts over
+    plane.loss[1] = 0.08
+    seen = _run(ctl, clock, 6)
+    assert seen.index("bbr") == 3 and ctl.stats.escapes == 1
+
+
 def test_a_cca_leaving_the_kernel_is_logged_once_and_not_chosen(caplog: pytest.LogCaptureFixture) -> None:
     """PCC unregistered by another tool: the policy stops choosing it and a flow on it moves to the best
     available CCA (an unregistered struct_ops CCA keeps running its sockets, but nothing vouches for it any

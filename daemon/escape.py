@@ -1,0 +1,91 @@
+"""Starvation escape: a flow on a loss-based CCA that is being beaten leaves for one that is not.
+
+Why.  On the dev split the shipped DQN leaves most flows on CUBIC, and the
+commonest failure is a managed CUBIC/Reno flow starved beside a flow that does
+not back off on loss (an unmanaged BBR or PCC host: 14 of the 26 failing dev
+runs of 25 Nov, docs/learning.md "What the dev failures are").  Those flows
+are easy to tell from their own counters: the managed CUBIC/Reno flows below
+half their fair share lost a median 5.3 % of their segments at a median cwnd
+of 7 segments; the others 0.9 % at 20.  That is the loss-limited regime of a
+loss-based sender (Mathis: cwnd ~ 1.22 / sqrt(p) segments, 6 at p = 4 %):
+whatever the link's capacity, the flow cannot grow while it stays on that
+CCA, whether the loss comes from a competitor that fills the queue or from
+the medium.  The policy's Q-values for those states differ by 1-3 % between
+CCAs, inside the guard's relative margin, so the policy alone never moves.
+
+Rule, per managed flow at each decision (vectorised over the flows):
+
+    stuck   the flow runs a loss-based CCA (LOSS_BASED), its interval's
+            loss_rate >= guard.escape_loss and its cwnd <= guard.escape_cwnd_segs
+    escape  stuck on every decision for guard.escape_after_s: propose a switch
+            to guard.escape_to, reason "escape: ...".  It goes through
+            Guard.explore, so pins, hold-offs, dwell, desync jitter and the
+            switch cap still apply; once applied, every other allowed CCA is
+            held off for guard.holdoff_s, so the policy does not walk the flow
+            straight back into the trap.
+
+guard.escape_loss = 0 turns the rule off.  A flow not stuck on a decision
+starts its count again.  Not kept across a restart (a restarted daemon sees
+the flow stuck again after escape_after_s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+LOSS_BASED = ("cubic", "reno")
+"""CCAs whose window shrinks with every loss: the ones a lossy, contested path can starve."""
+
+
+@dataclass(frozen=True)
+class EscapeConfig:
+    loss: float = 0.0  # guard.escape_loss (0 = off)
+    cwnd_segs: float = 10.0  # guard.escape_cwnd_segs
+    after_s: float = 3.0  # guard.escape_after_s
+    to: str = "bbr"  # guard.escape_to
+
+    @classmethod
+    def from_guard(cls, guard: Mapping[str, Any]) -> EscapeConfig:
+        return cls(loss=float(guard.get("escape_loss", cls.loss)),
+                   cwnd_segs=float(guard.get("escape_cwnd_segs", cls.cwnd_segs)),
+                   after_s=float(guard.get("escape_after_s", cls.after_s)), to=str(guard.get("escape_to", cls.to)))
+
+    @property
+    def enabled(self) -> bool:
+        return self.loss > 0
+
+
+class StarvationDetector:
+    """Per flow slot (the controller's FlowIndex), since when the flow has been stuck (NaN: not stuck)."""
+
+    def __init__(self, cfg: EscapeConfig) -> None:
+        self.cfg = cfg
+        self.since = np.full(64, np.nan)
+
+    def grow(self, size: int) -> None:
+        if size > len(self.since):
+            self.since = np.concatenate([self.since, np.full(max(size, 2 * len(self.since)) - len(self.since),
+                                                             np.nan)])
+
+    def reset(self, slots: np.ndarray) -> None:
+        """New flows (or slots reused for them) start unstuck."""
+        self.since[slots] = np.nan
+
+    def update(self, slots: np.ndarray, loss_based: np.ndarray, loss_rate: np.ndarray, cwnd: np.ndarray,
+               now: float) -> np.ndarray:
+        """One decision for the flows in *slots*; returns the boolean mask of those due to escape."""
+        self.grow(int(slots.max()) + 1 if len(slots) else 0)
+        c = self.cfg
+        with np.errstate(invalid="ignore"):
+            stuck = loss_based & (np.nan_to_num(loss_rate, nan=0.0) >= c.loss) & (cwnd <= c.cwnd_segs)
+        prev = self.since[slots]
+        self.since[slots] = np.where(stuck, np.where(np.isnan(prev), now, prev), np.nan)
+        return stuck & (now - self.since[slots] >= c.after_s - 1e-9)
+
+    def reason(self, loss_rate: float, cwnd: float, since: float, now: float) -> str:
+        return (f"escape: {100 * loss_rate:.1f} % loss at cwnd {cwnd:.0f} for {now - since:.0f} s "
+                f"(loss-limited; >= {100 * self.cfg.loss:g} % and <= {self.cfg.cwnd_segs:g} segments)")
