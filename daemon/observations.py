@@ -5,13 +5,13 @@ definition of the features): every update appends each flow's newest raw
 BASE_FEATURES to its window (a new flow's window is padded with its first
 sample), the observation is ``assemble(window, CCA one-hot, competition)``,
 and a flow absent for ``forget_after`` updates is dropped (checked every 16
-updates).  The features themselves come from the same functions
-(base_features, competition_features, is_active, assemble); only the
-bookkeeping differs: flow ids map to window slots through
-:class:`~ccswitch.daemon.flowindex.FlowIndex` (no per-flow Python step for
-known flows) and the CCA column arrives as codes.  A unit test feeds both
-builders the same tables, with flows coming and going, and compares the
-observations.
+updates).  The windows and the observation rows come from the same
+:class:`~ccswitch.envs.features.WindowStore`; only the bookkeeping differs:
+flow ids map to slots through :class:`~ccswitch.daemon.flowindex.FlowIndex`
+(no per-flow Python step for known flows, none at all when a table lists
+the same flows as the last one) and the CCA column arrives as codes.  A unit
+test feeds both builders the same tables, with flows coming and going, and
+compares the observations.
 """
 
 from __future__ import annotations
@@ -21,17 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ccswitch.daemon.flowindex import FlowIndex
-from ccswitch.envs.features import (
-    ACTIONS,
-    BASE_FEATURES,
-    WINDOW,
-    Normalisation,
-    assemble,
-    base_features,
-    competition_features,
-    is_active,
-    push_window,
-)
+from ccswitch.envs.features import ACTIONS, WINDOW, Normalisation, WindowStore
 
 EXPIRE_EVERY = 16  # as ObservationBuilder._expire
 
@@ -44,10 +34,10 @@ class LiveObservations:
         self.actions = tuple(actions)
         self.forget_after = forget_after
         self._index = FlowIndex()
-        self._buf = np.zeros((64, window, len(BASE_FEATURES)))
-        self._last_seen = np.zeros(64, dtype=np.int64)
+        self._store = WindowStore(norm, window, len(self.actions))
         self._tick = 0
         self._action_of = {a: i for i, a in enumerate(self.actions)}
+        self._prev: tuple[np.ndarray, np.ndarray] | None = None  # the last update's flow ids and their slots
 
     def __len__(self) -> int:
         return len(self._index)
@@ -58,24 +48,22 @@ class LiveObservations:
         is cca_values[cca_codes[i]].  Returns (flow ids, observations [N, D] float32)."""
         self._tick += 1
         ids = np.asarray(cols["flow_id"]).astype(np.uint64)
-        slots, new = self._index.slots_for(ids)
-        if self._index.size > len(self._buf):
-            grow = max(self._index.size, 2 * len(self._buf)) - len(self._buf)
-            self._buf = np.concatenate([self._buf, np.zeros((grow, *self._buf.shape[1:]))])
-            self._last_seen = np.concatenate([self._last_seen, np.zeros(grow, dtype=np.int64)])
-        buf = push_window(self._buf, slots, new, base_features(cols))
-        self._last_seen[slots] = self._tick
+        if self._prev is not None and np.array_equal(ids, self._prev[0]):
+            slots, new = self._prev[1], np.zeros(len(ids), dtype=bool)  # the same flows as last time
+        else:
+            slots, new = self._index.slots_for(ids)
+            self._store.reserve(self._index.size)
+        self._prev = ids, slots
         lut = np.array([self._action_of.get(v, -1) for v in cca_values] or [-1], dtype=np.int64)
         cca_idx = lut[np.asarray(cca_codes, dtype=np.int64)] if len(ids) else np.empty(0, dtype=np.int64)
-        thr = np.asarray(cols["throughput_bps"], dtype=np.float64)
-        ctx = competition_features(thr, np.asarray(cols["netns_cookie"]), is_active(thr, cols["sndq_bytes"]))
-        obs = assemble(buf[slots], cca_idx, ctx, self.norm, len(self.actions))
+        obs = self._store.update(cols, cca_idx, slots, new, self._tick)
         self._expire()
         return ids, obs
 
     def _expire(self) -> None:
         if self._tick % EXPIRE_EVERY:
             return
-        stale = self._tick - self._last_seen[self._index.slots] >= self.forget_after
+        stale = self._tick - self._store.last_seen[self._index.slots] >= self.forget_after
         if stale.any():
             self._index.remove(self._index.ids[stale])
+            self._prev = None  # its slots may be among the freed ones

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -40,11 +41,15 @@ __all__ = [
     "WINDOW",
     "Normalisation",
     "ObservationBuilder",
+    "WindowStore",
     "assemble",
+    "base_feature_columns",
     "base_features",
+    "competition_columns",
     "competition_features",
     "feature_names",
     "obs_dim",
+    "set_cca_and_context",
 ]
 
 FEATURE_VERSION = 1
@@ -72,6 +77,9 @@ BASE_COLUMNS = ("throughput_bps", "rtt_us", "rtt_ratio", "loss_rate", "jitter_us
 CONTEXT_FEATURES: tuple[str, ...] = ("local.others", "local.share", "local.jain")
 
 
+_Columns = TypeVar("_Columns", np.ndarray, list[np.ndarray])  # features stored feature-major: one array or columns
+
+
 def feature_names(window: int = WINDOW, actions: Sequence[str] = ACTIONS) -> list[str]:
     names = [f"w{i}.{name}" for i in range(window) for name, _ in BASE_FEATURES]
     return names + [f"cca.{a}" for a in actions] + list(CONTEXT_FEATURES)
@@ -84,8 +92,8 @@ def obs_dim(window: int = WINDOW, actions: Sequence[str] = ACTIONS) -> int:
 OBS_DIM = obs_dim()
 
 
-def base_features(cols: Mapping[str, np.ndarray]) -> np.ndarray:
-    """FlowSample columns (arrays of equal length) -> raw BASE_FEATURES, float64 [N, 6]."""
+def base_feature_columns(cols: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """FlowSample columns (arrays of equal length) -> the raw BASE_FEATURES, one float64 array each."""
     with np.errstate(invalid="ignore", divide="ignore"):
         thr = np.asarray(cols["throughput_bps"], dtype=np.float64)
         rtt = np.asarray(cols["rtt_us"], dtype=np.float64)
@@ -93,25 +101,38 @@ def base_features(cols: Mapping[str, np.ndarray]) -> np.ndarray:
         loss = np.asarray(cols["loss_rate"], dtype=np.float64)
         jit = np.asarray(cols["jitter_us"], dtype=np.float64)
         snd = np.asarray(cols["sending_rate_bps"], dtype=np.float64)
-        out = np.stack([
+        return [
             np.log(np.maximum(np.nan_to_num(thr, nan=0.0) / 1e6, 1e-3)),
             np.log(np.maximum(rtt / 1e3, 1e-2)),
             np.log(np.clip(ratio, 1.0, 100.0)),
             np.clip(np.nan_to_num(loss, nan=0.0), 0.0, 1.0),
             np.log1p(np.maximum(np.nan_to_num(jit, nan=0.0), 0.0) / 1e3),
             np.log(np.maximum(np.nan_to_num(snd, nan=0.0) / 1e6, 1e-3)),
-        ], axis=-1)
-    return out  # NaN where RTT is unknown; standardisation maps it to 0 (the mean)
+        ]  # NaN where RTT is unknown; standardisation maps it to 0 (the mean)
 
 
-def competition_features(throughput_bps: np.ndarray, group: np.ndarray, active: np.ndarray) -> np.ndarray:
+def base_features(cols: Mapping[str, np.ndarray]) -> np.ndarray:
+    """FlowSample columns (arrays of equal length) -> raw BASE_FEATURES, float64 [N, 6]."""
+    return np.stack(base_feature_columns(cols), axis=-1)
+
+
+def competition_features(throughput_bps: np.ndarray, group: np.ndarray, active: np.ndarray, *,
+                         group_inverse: np.ndarray | None = None) -> np.ndarray:
     """(local.others, local.share, local.jain) for every row; rows of a *group* share a host.
 
     Inactive rows still get features (as if they were active) but do not count for the others.
+    *group_inverse*: ``np.unique(group, return_inverse=True)[1]`` when the caller has it already
+    (ObservationBuilder keeps it while the hosts' flows stay the same: the sort costs more than the rest).
     """
+    return np.stack(competition_columns(throughput_bps, group, active, group_inverse=group_inverse), axis=-1)
+
+
+def competition_columns(throughput_bps: np.ndarray, group: np.ndarray, active: np.ndarray, *,
+                        group_inverse: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """competition_features() as its three columns."""
     thr = np.maximum(np.nan_to_num(np.asarray(throughput_bps, dtype=np.float64), nan=0.0), 0.0)
     act = np.asarray(active, dtype=bool)
-    _, inv = np.unique(np.asarray(group), return_inverse=True)
+    inv = np.unique(np.asarray(group), return_inverse=True)[1] if group_inverse is None else group_inverse
     n_g = np.bincount(inv, weights=act.astype(np.float64))
     s_g = np.bincount(inv, weights=thr * act)
     q_g = np.bincount(inv, weights=thr * thr * act)
@@ -123,12 +144,13 @@ def competition_features(throughput_bps: np.ndarray, group: np.ndarray, active: 
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(s > 0, thr / s, 1.0 / np.maximum(n, 1))
         jain = np.where(q > 0, s * s / (n * q), 1.0)
-    return np.stack([others, share, np.where(n <= 1, 1.0, jain)], axis=-1)
+    return others, share, np.where(n <= 1, 1.0, jain)
 
 
 def is_active(throughput_bps: np.ndarray, sndq_bytes: np.ndarray) -> np.ndarray:
-    thr = np.nan_to_num(np.asarray(throughput_bps, dtype=np.float64), nan=0.0)
-    return (np.nan_to_num(np.asarray(sndq_bytes, dtype=np.float64), nan=0.0) > 0) | (thr >= ACTIVE_MIN_BPS)
+    # NaN compares False, as the 0 it stands for would
+    return ((np.asarray(sndq_bytes, dtype=np.float64) > 0)
+            | (np.asarray(throughput_bps, dtype=np.float64) >= ACTIVE_MIN_BPS))
 
 
 @dataclass(frozen=True)
@@ -153,35 +175,136 @@ class Normalisation:
         return cls((0.0,) * k, (1.0,) * k)
 
     def apply(self, raw: np.ndarray) -> np.ndarray:
-        z = (raw - np.asarray(self.mean)) / np.asarray(self.std)
-        return np.clip(np.nan_to_num(z, nan=0.0), -self.clip, self.clip)
+        """Standardised features [..., 6] from raw ones [..., 6]."""
+        raw = np.asarray(raw, dtype=np.float64)
+        z = raw.reshape(-1, raw.shape[-1]).T.copy()  # feature-major [6, rows], a copy: standardise works in place
+        return self.standardise(z).T.reshape(raw.shape)
+
+    def standardise(self, z: _Columns) -> _Columns:
+        """In place on raw features stored feature-major: ``z[k]`` is BASE_FEATURE k, a float64 array of any
+        shape (z: one array, or a list of them).  Returns z.
+
+        The arithmetic of apply(); one contiguous pass per feature is much faster than numpy's
+        broadcasting over a trailing axis of 6."""
+        for k, (mean, std) in enumerate(zip(self.mean, self.std, strict=True)):
+            x = z[k]
+            x -= mean
+            x /= std
+            np.nan_to_num(x, copy=False, nan=0.0)
+            np.clip(x, -self.clip, self.clip, out=x)
+        return z
 
     def as_dict(self) -> dict[str, object]:
         return {"mean": list(self.mean), "std": list(self.std), "clip": self.clip,
                 "features": [n for n, _ in BASE_FEATURES]}
 
 
-def push_window(buf: np.ndarray, slots: np.ndarray, new: np.ndarray, raw: np.ndarray) -> np.ndarray:
-    """Shift each known flow's window (buf[slot], oldest first) by one interval and append its
-    raw features; a new flow's window starts filled with its first interval.  Returns buf."""
-    old = ~new
-    buf[slots[old], :-1] = buf[slots[old], 1:]
-    buf[slots[old], -1] = raw[old]
-    buf[slots[new]] = raw[new][:, None, :]
-    return buf
-
-
 def assemble(window_raw: np.ndarray, cca_index: np.ndarray, context: np.ndarray,
              norm: Normalisation, n_actions: int = len(ACTIONS)) -> np.ndarray:
     """Observations [N, OBS_DIM] float32 from raw windows [N, W, 6], CCA indices [N]
     (-1: not one of the actions) and competition features [N, 3]."""
-    n = window_raw.shape[0]
-    z = norm.apply(window_raw).reshape(n, -1)
-    idx = np.asarray(cca_index, dtype=np.int64)
-    onehot = np.zeros((n, n_actions))
-    ok = idx >= 0
-    onehot[np.flatnonzero(ok), idx[ok]] = 1.0
-    return np.concatenate([z, onehot, np.clip(context, 0.0, 1.0)], axis=1).astype(np.float32)
+    n, w = window_raw.shape[:2]
+    obs = np.empty((n, w * len(BASE_FEATURES) + n_actions + len(CONTEXT_FEATURES)), dtype=np.float32)
+    obs[:, :w * len(BASE_FEATURES)] = norm.apply(window_raw).reshape(n, -1)  # float64 -> float32 as astype
+    return set_cca_and_context(obs, cca_index, context, n_actions)
+
+
+def set_cca_and_context(obs: np.ndarray, cca_index: np.ndarray, context: np.ndarray | Sequence[np.ndarray],
+                        n_actions: int) -> np.ndarray:
+    """Fill the columns after the windows of observations *obs* [N, D]: the CCA one-hot from cca_index [N]
+    (-1: not one of the actions) and the competition features (an [N, 3] array or its 3 columns) clipped
+    to [0, 1].  Returns obs."""
+    nz = obs.shape[1] - n_actions - len(CONTEXT_FEATURES)
+    idx = np.asarray(cca_index)
+    for j in range(n_actions):  # column by column: numpy loops slowly over a trailing axis of 3
+        obs[:, nz + j] = idx == j
+    for j, col in enumerate(context.T if isinstance(context, np.ndarray) else context):
+        obs[:, nz + n_actions + j] = np.clip(col, 0.0, 1.0)
+    return obs
+
+
+class WindowStore:
+    """The per-slot state behind ObservationBuilder and the daemon's LiveObservations (which map flow ids to
+    slots): each slot's last observation row, float32, and the tick it was last updated.
+
+    A row holds the window of standardised BASE_FEATURES (W intervals of 6, oldest first), then the CCA
+    one-hot and context of that tick.  Windows are kept standardised, rounded to float32 as the observation
+    is, not raw: standardisation is elementwise, so this equals assemble() on the raw window bit for bit with
+    a quarter of the arithmetic.  And since a row is laid out as the observation, the next tick's rows are
+    the stored ones moved left by 6 values, one flat copy: each window drops its oldest interval, and what
+    moves into the last interval and after it is overwritten.
+    """
+
+    def __init__(self, norm: Normalisation, window: int = WINDOW, n_actions: int = len(ACTIONS)) -> None:
+        self.norm = norm
+        self.window = window
+        self.n_actions = n_actions
+        self.rows = np.zeros((64, window * len(BASE_FEATURES) + n_actions + len(CONTEXT_FEATURES)), np.float32)
+        self.last_seen = np.zeros(64, dtype=np.int64)
+        self._group: np.ndarray | None = None  # the last netns_cookie column and its np.unique inverse
+        self._group_inverse: np.ndarray | None = None
+        self._slots_range: tuple[np.ndarray | None, slice | None] = (None, None)  # the last slots given, as a slice
+
+    @property
+    def capacity(self) -> int:
+        return len(self.rows)
+
+    def reserve(self, size: int) -> None:
+        """Room for slots 0 .. size - 1 (grows at least twofold)."""
+        if size > self.capacity:
+            grow = max(size, 2 * self.capacity) - self.capacity
+            self.rows = np.concatenate([self.rows, np.zeros((grow, self.rows.shape[1]), np.float32)])
+            self.last_seen = np.concatenate([self.last_seen, np.zeros(grow, dtype=np.int64)])
+
+    def _range(self, slots: np.ndarray) -> slice | None:
+        """*slots* as a slice when they are consecutive and ascending, else None.  Remembered for the array
+        object: the builders pass the same one again while a table lists the same flows."""
+        if self._slots_range[0] is not slots:
+            n, first = len(slots), int(slots[0]) if len(slots) else 0
+            consecutive = n > 0 and int(slots[-1]) - first == n - 1 and (n == 1 or bool((np.diff(slots) == 1).all()))
+            self._slots_range = (slots, slice(first, first + n) if consecutive else None)
+        return self._slots_range[1]
+
+    def update(self, cols: Mapping[str, np.ndarray], cca_index: np.ndarray, slots: np.ndarray, new: np.ndarray,
+               tick: int) -> np.ndarray:
+        """One tick of rows in *slots*: the observations [N, OBS_DIM] float32.  Each row's newest interval
+        is appended to its slot's window (shifting out the oldest), or fills it if *new* (the slot's first tick).
+
+        *cols*: BASE_COLUMNS, sndq_bytes and netns_cookie (the competition group); cca_index [N]: -1 for none."""
+        k, nz = len(BASE_FEATURES), self.window * len(BASE_FEATURES)
+        z = self.norm.standardise(base_feature_columns(cols))  # 6 columns
+        obs = np.empty((len(slots), self.rows.shape[1]), np.float32)
+        flat = obs.reshape(-1)
+        any_new = bool(new.any())
+        run = None if any_new else self._range(slots)
+        if run is not None:  # the steady state: the same flows in slot order, slices instead of gathers
+            flat[:-k] = self.rows[run].reshape(-1)[k:]
+        else:
+            np.take(self.rows, slots, axis=0, out=obs)  # much faster than fancy indexing of rows
+            flat[:-k] = flat[k:]  # overlapping: numpy copies through a buffer
+        for j in range(k):  # column by column: numpy loops slowly over a short trailing axis
+            obs[:, nz - k + j] = z[j]
+        if any_new:  # a new flow's window: its first interval throughout
+            obs[new, :nz] = np.tile(obs[new, nz - k:nz], self.window)
+        thr = np.asarray(cols["throughput_bps"], dtype=np.float64)
+        group = np.asarray(cols["netns_cookie"])
+        if self._group is None or not np.array_equal(group, self._group):
+            self._group, self._group_inverse = group.copy(), np.unique(group, return_inverse=True)[1]
+        ctx = competition_columns(thr, group, is_active(thr, cols["sndq_bytes"]), group_inverse=self._group_inverse)
+        set_cca_and_context(obs, cca_index, ctx, self.n_actions)
+        if run is not None:
+            self.rows[run] = obs
+            self.last_seen[run] = tick
+            return obs
+        if any_new:  # the known flows, then the new ones: a flow listed twice in a table ends as
+            self.rows[slots[~new]] = obs[~new]  # ObservationBuilder's rule always left it ...
+            self.rows[slots[new]] = obs[new]
+        else:
+            self.rows[slots] = obs
+        self.last_seen[slots] = tick
+        if len(slots) > 1 and np.bincount(slots).max() > 1:  # ... and every listing shows the stored window
+            obs[:, :nz] = np.take(self.rows, slots, axis=0)[:, :nz]
+        return obs
 
 
 class ObservationBuilder:
@@ -201,11 +324,11 @@ class ObservationBuilder:
         self.actions = tuple(actions)
         self.forget_after = forget_after
         self._slot: dict[int, int] = {}
-        self._buf = np.zeros((64, window, len(BASE_FEATURES)))
-        self._last_seen = np.zeros(64, dtype=np.int64)
-        self._free = list(range(63, -1, -1))
+        self._store = WindowStore(norm, window, len(self.actions))
+        self._free = list(range(self._store.capacity - 1, -1, -1))
         self._tick = 0
         self._cca_index = {a: i for i, a in enumerate(self.actions)}
+        self._action_array: object | None = None  # the actions as a pyarrow array, for pyarrow tables
         self._prev_ids: np.ndarray | None = None  # the last update's flow ids and their slots: when the
         self._prev_slots: np.ndarray | None = None  # next table lists the same flows, no per-flow lookup
 
@@ -224,9 +347,8 @@ class ObservationBuilder:
         return slots, new
 
     def _grow(self) -> None:
-        old = len(self._buf)
-        self._buf = np.concatenate([self._buf, np.zeros_like(self._buf)])
-        self._last_seen = np.concatenate([self._last_seen, np.zeros_like(self._last_seen)])
+        old = self._store.capacity
+        self._store.reserve(2 * old)
         self._free.extend(range(2 * old - 1, old - 1, -1))
 
     def update(self, table: object) -> tuple[np.ndarray, np.ndarray]:
@@ -243,9 +365,11 @@ class ObservationBuilder:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        if self._action_array is None:
+            self._action_array = pa.array(self.actions, pa.string())
         cols = {c: table.column(c).to_numpy(zero_copy_only=False)  # type: ignore[attr-defined]
                 for c in (*BASE_COLUMNS, "flow_id", "sndq_bytes", "netns_cookie")}
-        idx = pc.index_in(table.column("cca"), value_set=pa.array(self.actions, pa.string()))  # type: ignore
+        idx = pc.index_in(table.column("cca"), value_set=self._action_array)  # type: ignore
         return self._update(cols, idx.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64))
 
     def update_arrays(self, cols: Mapping[str, np.ndarray], ccas: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -262,19 +386,16 @@ class ObservationBuilder:
         else:
             slots, new = self._slots(ids.tolist())
         self._prev_ids, self._prev_slots = ids, slots
-        buf = push_window(self._buf, slots, new, base_features(cols))
-        self._last_seen[slots] = self._tick
-        thr = np.asarray(cols["throughput_bps"], dtype=np.float64)
-        ctx = competition_features(thr, np.asarray(cols["netns_cookie"]), is_active(thr, cols["sndq_bytes"]))
-        obs = assemble(buf[slots], cca_idx, ctx, self.norm, len(self.actions))
+        obs = self._store.update(cols, cca_idx, slots, new, self._tick)
         self._expire()
         return ids, obs
 
     def _expire(self) -> None:
-        if self._tick % 16:
+        if self._tick % 16 or not self._slot:
             return
-        stale = [fid for fid, s in self._slot.items() if self._tick - self._last_seen[s] >= self.forget_after]
-        for fid in stale:
+        slots = np.fromiter(self._slot.values(), dtype=np.int64, count=len(self._slot))
+        stale = (self._tick - self._store.last_seen[slots] >= self.forget_after).tolist()
+        for fid in [fid for fid, old in zip(self._slot, stale, strict=True) if old]:
             self._free.append(self._slot.pop(fid))
 
     def __len__(self) -> int:
