@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,8 +54,8 @@ import numpy as np
 
 from .policy import PolicyError, decode_array, document_checksum, encode_array, write_signed
 
-__all__ = ["ACTOR_FORMAT", "LEASE_INTERVALS", "OBS_FEATURES", "Actor", "ActorError", "Observer", "annotate_actor",
-           "load_actor", "next_base_prob", "reward", "save_actor"]
+__all__ = ["ACTOR_FORMAT", "LEASE_INTERVALS", "OBS_FEATURES", "STATE_KEYS", "Actor", "ActorError", "Observer",
+           "annotate_actor", "load_actor", "next_base_prob", "reward", "save_actor"]
 
 ACTOR_FORMAT = "ccswitch-dualpi2-actor"
 ACTOR_VERSION = 1
@@ -97,6 +98,31 @@ def _num(d: Mapping[str, Any], key: str) -> float:
     return float(v) if isinstance(v, int | float) and math.isfinite(float(v)) else 0.0
 
 
+_GAUGES = ("base_prob", "classic_delay_ms", "l4s_delay_ms", "qdelay_ms", "classic_bytes", "l4s_bytes")
+"""The state values an observation reads as they are."""
+_COUNTERS = ("bytes_out", "bytes_in", "classic_packets_in", "l4s_packets_in", "classic_drops",
+             "classic_limit_drops", "classic_marks", "l4s_native_marks", "l4s_coupled_marks")
+"""The state counters an observation reads per interval (this state's minus the previous one's)."""
+STATE_KEYS: tuple[str, ...] = _GAUGES + _COUNTERS
+"""The keys of a direction's control-socket state that :class:`Observer` reads (all it needs from it: an
+agent asks linkemu for only these)."""
+_F32 = np.dtype(np.float32)  # a dtype object: given np.float32, numpy looks the dtype up on every call
+_PLAIN_NUMBERS = frozenset((int, float, bool))
+_ZEROS = (0.0,) * len(_COUNTERS)
+_LOWS, _HIGHS = (CLIP[0],) * len(OBS_FEATURES), (CLIP[1],) * len(OBS_FEATURES)
+
+
+def _nums(d: Mapping[str, Any]) -> list[float]:
+    """``[_num(d, k) for k in STATE_KEYS]``.  The agent's loop reads them every control interval (issue 14),
+    so the common case -- all of them ints or finite floats -- is checked and converted by builtins."""
+    vals = list(map(d.get, STATE_KEYS))
+    if set(map(type, vals)) <= _PLAIN_NUMBERS:
+        total = sum(vals)
+        if total - total == 0:  # none of them inf or NaN (or an overflow: then each is looked at)
+            return list(map(float, vals))
+    return [_num(d, k) for k in STATE_KEYS]
+
+
 @dataclass
 class Observer:
     """Turns successive control-socket states of one direction into observations and rewards.
@@ -107,50 +133,57 @@ class Observer:
 
     rate_mbit: float
     target_ms: float = 15.0
-    _prev: dict[str, Any] | None = field(default=None, repr=False)
+    _prev: list[float] | None = field(default=None, repr=False)  # the previous state's _COUNTERS (None: none)
     _prev_t: float | None = field(default=None, repr=False)
     _prev_delay: float = field(default=0.0, repr=False)
 
     def update(self, d: Mapping[str, Any], t_s: float) -> tuple[np.ndarray, dict[str, float]]:
         """(observation, raw interval metrics) for direction state *d* taken at emulator time *t_s*."""
-        prev = self._prev or {}
+        vals = _nums(d)
+        p_prime, c_delay_ms, l_delay_ms, qdelay_ms, c_bytes, l_bytes = vals[:6]
+        cur = vals[6:]
+        prev = self._prev
         dt = max(t_s - self._prev_t, 1e-3) if self._prev_t is not None else 0.0
-
-        def delta(key: str) -> float:
-            return max(_num(d, key) - _num(prev, key), 0.0) if prev else 0.0
+        if prev is not None:  # max(now - before, 0.0) per counter
+            b_out, b_in, c_in, l_in, c_drops, c_limit_drops, c_marks, l_native, l_coupled = map(
+                max, map(operator.sub, cur, prev), _ZEROS)
+        else:
+            b_out = b_in = c_in = l_in = c_drops = c_limit_drops = c_marks = l_native = l_coupled = 0.0
 
         link_bytes = self.rate_mbit * 1e6 / 8 * dt if dt > 0 else 0.0
-        c_in = delta("classic_packets_in")
-        l_in = delta("l4s_packets_in")
-        c_drops = delta("classic_drops") + delta("classic_limit_drops")
+        c_drops = c_drops + c_limit_drops
         raw = {
-            "p_prime": _num(d, "base_prob"),
-            "classic_delay_ms": _num(d, "classic_delay_ms"),
-            "l4s_delay_ms": _num(d, "l4s_delay_ms"),
-            "utilisation": delta("bytes_out") / link_bytes if link_bytes > 0 else 0.0,
-            "offered_load": delta("bytes_in") / link_bytes if link_bytes > 0 else 0.0,
+            "p_prime": p_prime,
+            "classic_delay_ms": c_delay_ms,
+            "l4s_delay_ms": l_delay_ms,
+            "utilisation": b_out / link_bytes if link_bytes > 0 else 0.0,
+            "offered_load": b_in / link_bytes if link_bytes > 0 else 0.0,
             "classic_drop_frac": c_drops / c_in if c_in > 0 else 0.0,
-            "classic_mark_frac": delta("classic_marks") / c_in if c_in > 0 else 0.0,
-            "l4s_mark_frac": (delta("l4s_native_marks") + delta("l4s_coupled_marks")) / l_in if l_in > 0 else 0.0,
+            "classic_mark_frac": c_marks / c_in if c_in > 0 else 0.0,
+            "l4s_mark_frac": (l_native + l_coupled) / l_in if l_in > 0 else 0.0,
         }
         byte_ms = 8 / (self.rate_mbit * 1e3)  # ms of link time per byte
-        classic_delay = raw["classic_delay_ms"] / 50.0
-        obs = np.array([
-            (math.log2(max(raw["p_prime"], P_MIN)) + 10.0) / 10.0,
+        classic_delay = c_delay_ms / 50.0
+        # Clipped as floats (min(max(v, lo), hi): NaN stays NaN, as in np.clip), then rounded to float32: the
+        # same numbers as np.clip on the float32 array (rounding is monotonic, CLIP's bounds are float32
+        # numbers), cheaper.
+        obs = np.fromiter(map(min, map(max, (
+            (math.log2(max(p_prime, P_MIN)) + 10.0) / 10.0,
             classic_delay,
-            raw["l4s_delay_ms"] / 5.0,
-            _num(d, "qdelay_ms") / 50.0,
-            _num(d, "classic_bytes") * byte_ms / 50.0,
-            _num(d, "l4s_bytes") * byte_ms / 5.0,
+            l_delay_ms / 5.0,
+            qdelay_ms / 50.0,
+            c_bytes * byte_ms / 50.0,
+            l_bytes * byte_ms / 5.0,
             raw["utilisation"],
             raw["offered_load"],
             10.0 * raw["classic_drop_frac"],
             10.0 * raw["classic_mark_frac"],
             raw["l4s_mark_frac"],
-            classic_delay - self._prev_delay if prev else 0.0,
-        ], dtype=np.float32)
-        self._prev, self._prev_t, self._prev_delay = dict(d), t_s, classic_delay
-        return np.clip(obs, *CLIP), raw
+            classic_delay - self._prev_delay if prev is not None else 0.0,
+        ), _LOWS), _HIGHS), _F32, len(OBS_FEATURES))
+        # An empty state leaves no counters to count from (as the first state).
+        self._prev, self._prev_t, self._prev_delay = (cur if d else None), t_s, classic_delay
+        return obs, raw
 
 
 def reward(raw: Mapping[str, float], target_ms: float = 15.0, *, w_delay: float = 1.0, w_under: float = 0.3,
@@ -175,6 +208,10 @@ def reward(raw: Mapping[str, float], target_ms: float = 15.0, *, w_delay: float 
 
 def next_base_prob(p_prime: float, action: float) -> float:
     """p' after action *a* in [-1, 1] (module docstring)."""
+    if type(action) is float and type(p_prime) is float:  # the loop's case: np.clip written out for floats
+        a = -1.0 if action < -1.0 else 1.0 if action > 1.0 else action  # NaN passes through, as in np.clip
+        p = max(p_prime, P_MIN) * 2.0 ** (ACTION_SCALE * a)
+        return P_MIN if p < P_MIN else P_MAX if p > P_MAX else p
     a = float(np.clip(action, -1.0, 1.0))
     return float(np.clip(max(p_prime, P_MIN) * 2.0 ** (ACTION_SCALE * a), P_MIN, P_MAX))
 
@@ -196,10 +233,12 @@ class Actor:
     checksum: str = ""
 
     def act(self, obs: np.ndarray) -> float:
-        x = np.asarray(obs, dtype=np.float32)
+        # np.dot, not @: for a vector and a matrix both are one BLAS gemv (the same numbers, checked by
+        # tests/test_dualpi2_agent.py against @), and np.dot is the cheaper call (issue 14).
+        x = obs if type(obs) is np.ndarray and obs.dtype is _F32 else np.asarray(obs, dtype=np.float32)
         for k, b in zip(self.kernels[:-1], self.biases[:-1], strict=True):
-            x = np.maximum(x @ k + b, 0.0)
-        return float(np.tanh(x @ self.kernels[-1] + self.biases[-1])[0])
+            x = np.maximum(np.dot(x, k) + b, 0.0)
+        return float(np.tanh(np.dot(x, self.kernels[-1]) + self.biases[-1])[0])
 
 
 def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequence[np.ndarray],

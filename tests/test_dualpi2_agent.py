@@ -11,7 +11,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +28,8 @@ from ccswitch.models.dualpi2_actor import (
     OBS_FEATURES,
     P_MAX,
     P_MIN,
+    STATE_KEYS,
+    Actor,
     ActorError,
     Observer,
     load_actor,
@@ -152,6 +158,217 @@ def test_action_mapping_bounds() -> None:
     assert next_base_prob(0.1, 1.0) == pytest.approx(0.1 * 2**ACTION_SCALE)
     assert next_base_prob(0.1, -5.0) == pytest.approx(0.1 / 2**ACTION_SCALE)  # a is clipped to [-1, 1]
     assert next_base_prob(0.9, 1.0) == P_MAX
+
+
+# The computation as it was before issue 14 made it cheaper, kept verbatim: the loop's fast path must
+# give the same observation, raw metrics, action and p' (bit for bit) for the same states.
+
+
+def _ref_num(d: dict, key: str) -> float:
+    v = d.get(key, 0.0)
+    return float(v) if isinstance(v, int | float) and math.isfinite(float(v)) else 0.0
+
+
+class _RefObserver:
+    def __init__(self, rate_mbit: float) -> None:
+        self.rate_mbit = rate_mbit
+        self._prev: dict | None = None
+        self._prev_t: float | None = None
+        self._prev_delay = 0.0
+
+    def update(self, d: dict, t_s: float) -> tuple[np.ndarray, dict[str, float]]:
+        prev = self._prev or {}
+        dt = max(t_s - self._prev_t, 1e-3) if self._prev_t is not None else 0.0
+
+        def delta(key: str) -> float:
+            return max(_ref_num(d, key) - _ref_num(prev, key), 0.0) if prev else 0.0
+
+        link_bytes = self.rate_mbit * 1e6 / 8 * dt if dt > 0 else 0.0
+        c_in = delta("classic_packets_in")
+        l_in = delta("l4s_packets_in")
+        c_drops = delta("classic_drops") + delta("classic_limit_drops")
+        raw = {
+            "p_prime": _ref_num(d, "base_prob"),
+            "classic_delay_ms": _ref_num(d, "classic_delay_ms"),
+            "l4s_delay_ms": _ref_num(d, "l4s_delay_ms"),
+            "utilisation": delta("bytes_out") / link_bytes if link_bytes > 0 else 0.0,
+            "offered_load": delta("bytes_in") / link_bytes if link_bytes > 0 else 0.0,
+            "classic_drop_frac": c_drops / c_in if c_in > 0 else 0.0,
+            "classic_mark_frac": delta("classic_marks") / c_in if c_in > 0 else 0.0,
+            "l4s_mark_frac": (delta("l4s_native_marks") + delta("l4s_coupled_marks")) / l_in if l_in > 0 else 0.0,
+        }
+        byte_ms = 8 / (self.rate_mbit * 1e3)
+        classic_delay = raw["classic_delay_ms"] / 50.0
+        obs = np.array([
+            (math.log2(max(raw["p_prime"], P_MIN)) + 10.0) / 10.0,
+            classic_delay,
+            raw["l4s_delay_ms"] / 5.0,
+            _ref_num(d, "qdelay_ms") / 50.0,
+            _ref_num(d, "classic_bytes") * byte_ms / 50.0,
+            _ref_num(d, "l4s_bytes") * byte_ms / 5.0,
+            raw["utilisation"],
+            raw["offered_load"],
+            10.0 * raw["classic_drop_frac"],
+            10.0 * raw["classic_mark_frac"],
+            raw["l4s_mark_frac"],
+            classic_delay - self._prev_delay if prev else 0.0,
+        ], dtype=np.float32)
+        self._prev, self._prev_t, self._prev_delay = dict(d), t_s, classic_delay
+        return np.clip(obs, -1.0, 2.0), raw
+
+
+def _ref_act(kernels: list[np.ndarray], biases: list[np.ndarray], obs: np.ndarray) -> float:
+    x = np.asarray(obs, dtype=np.float32)
+    for k, b in zip(kernels[:-1], biases[:-1], strict=True):
+        x = np.maximum(x @ k + b, 0.0)
+    return float(np.tanh(x @ kernels[-1] + biases[-1])[0])
+
+
+def _ref_next_base_prob(p_prime: float, action: float) -> float:
+    a = float(np.clip(action, -1.0, 1.0))
+    return float(np.clip(max(p_prime, P_MIN) * 2.0 ** (ACTION_SCALE * a), P_MIN, P_MAX))
+
+
+_GAUGE_KEYS = ("base_prob", "classic_delay_ms", "l4s_delay_ms", "qdelay_ms", "classic_bytes", "l4s_bytes")
+_COUNTER_KEYS = ("bytes_out", "bytes_in", "classic_packets_in", "l4s_packets_in", "classic_drops",
+                 "classic_limit_drops", "classic_marks", "l4s_native_marks", "l4s_coupled_marks")
+
+
+def _random_states(rng: np.random.Generator, n: int) -> list[tuple[dict, float]]:
+    """Control-socket-like DualPI2 states: growing counters (ints, as linkemu sends them) and gauges over
+    the whole clipping range, with the odd one out: a key missing, a counter that went back, a bool, a
+    string, NaN/inf, an int gauge, an empty state, a clock that did not move."""
+    odd = [None, "missing", True, "x", float("nan"), float("inf"), -float("inf"), -5, 10**6, 1e300]
+    counters = dict.fromkeys(_COUNTER_KEYS, 0)
+    t, out = 10.0, []
+    for _ in range(n):
+        for k in counters:
+            counters[k] += int(rng.integers(0, 400 if "bytes" not in k else 300_000))
+        d: dict = {"kind": "dualpi2", "pi": "auto", "drops": {"aqm": 1}, **counters,
+                   "base_prob": float(10 ** rng.uniform(-4.5, 0.2)), "classic_delay_ms": float(rng.uniform(0, 150)),
+                   "l4s_delay_ms": float(rng.uniform(0, 15)), "qdelay_ms": float(rng.uniform(0, 150)),
+                   "classic_bytes": int(rng.integers(0, 1_000_000)), "l4s_bytes": int(rng.integers(0, 100_000))}
+        if rng.random() < 0.3:
+            key = str(rng.choice(_GAUGE_KEYS + _COUNTER_KEYS))
+            v = odd[int(rng.integers(len(odd)))]
+            if v == "missing":
+                del d[key]
+            else:
+                d[key] = v
+        if rng.random() < 0.05:
+            d = {}
+        t += 0.0 if rng.random() < 0.05 else float(rng.uniform(0.0005, 0.03))
+        out.append((d, t))
+    return out
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # the reference, 1e300
+def test_fast_observation_action_and_p_match_the_reference() -> None:
+    """Issue 14: Observer.update, Actor.act and next_base_prob as the loop runs them now give exactly
+    what the computation before gave, for the shipped actor and a random deeper one."""
+    rng = np.random.default_rng(14)
+    shipped = load_actor(SHIPPED)
+    random_actor = Actor([rng.normal(0, 0.7, s).astype(np.float32) for s in ((12, 24), (24, 16), (16, 8), (8, 1))],
+                         [rng.normal(0, 0.3, s).astype(np.float32) for s in (24, 16, 8, 1)], interval_s=0.01)
+    for rate in (50.0, 7.5):
+        fast, ref = Observer(rate), _RefObserver(rate)
+        for d, t in _random_states(rng, 600):
+            o, raw = fast.update(d, t)
+            o_ref, raw_ref = ref.update(d, t)
+            assert o.dtype == o_ref.dtype == np.float32 and o.shape == o_ref.shape
+            assert np.array_equal(o, o_ref, equal_nan=True), (d, o, o_ref)
+            assert raw.keys() == raw_ref.keys() and all(
+                raw[k] == raw_ref[k] or (math.isnan(raw[k]) and math.isnan(raw_ref[k])) for k in raw), (raw, raw_ref)
+            for actor in (shipped, random_actor):
+                a = actor.act(o)
+                assert a == _ref_act(actor.kernels, actor.biases, o)
+                assert next_base_prob(raw["p_prime"], a) == _ref_next_base_prob(raw_ref["p_prime"], a)
+    # Inputs off the loop's path take the general route, with the same results.
+    for obs in (np.linspace(-1, 2, 12), list(np.linspace(2, -1, 12)), np.linspace(-1, 2, 12).astype(np.float16)):
+        assert shipped.act(obs) == _ref_act(shipped.kernels, shipped.biases, obs)
+    f64 = Actor([k.astype(np.float64) for k in shipped.kernels], shipped.biases, shipped.interval_s)
+    assert f64.act(np.ones(12)) == _ref_act(f64.kernels, f64.biases, np.ones(12))
+    for p in (0.0, 1e-4, 0.3, 0.99, 2.0, float("inf"), float("nan"), np.float32(0.01), 0):
+        for a in (-7.0, -1.0, -0.3, 0.0, 0.6, 1.0, 3.0, float("nan"), np.float32(0.2), 1):
+            got, want = next_base_prob(p, a), _ref_next_base_prob(p, a)
+            assert got == want or (math.isnan(got) and math.isnan(want)), (p, a)
+
+
+class _FakeLinkemu:
+    """A control socket answering like linkemu: DualPI2 states whose counters grow with each request
+    (all of them kept in ``served``), sets acknowledged.  ``old``: refuses ``fields`` as linkemu did before
+    them.  ``compact``: sorted compact JSON like linkemu's serde_json (else json.dumps' default)."""
+
+    def __init__(self, path: Path, *, old: bool, compact: bool) -> None:
+        self.old, self.compact = old, compact
+        self.requests: list[dict] = []
+        self.served: list[tuple[dict, float]] = []
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(str(path))
+        self.srv.listen(2)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _state(self, n: int) -> dict:
+        return {"kind": "dualpi2", "pi": "manual", "drops": {"aqm": n}, "base_prob": 0.02 + 0.001 * (n % 7),
+                "classic_delay_ms": 3.0 * (n % 11), "l4s_delay_ms": 0.5 * (n % 5), "qdelay_ms": 2.5 * (n % 13),
+                "classic_bytes": 1500 * (n % 17), "l4s_bytes": 1500 * (n % 3), "bytes_in": 70_000 * n,
+                "bytes_out": 62_000 * n, "classic_packets_in": 40 * n, "l4s_packets_in": 7 * n,
+                "classic_drops": n // 3, "classic_limit_drops": 0, "classic_marks": n // 2,
+                "l4s_native_marks": 2 * n, "l4s_coupled_marks": n, "packets_in": 47 * n}
+
+    def _answer(self, req: dict) -> dict:
+        if req["op"] == "set":
+            return {"ok": True, "id": req["id"], "t_s": 1.0, "dir": req["dir"],
+                    "applied": {"base_prob": req["base_prob"], "base_prob_was": 0.01, "hold_ms": req.get("hold_ms")}}
+        if "fields" in req and self.old:
+            return {"ok": False, "id": req["id"],
+                    "error": "fields: unknown field for state (fields: op, id, dir, max_flows)"}
+        d, t = self._state(len(self.served) + 1), 0.01 * (len(self.served) + 1)
+        self.served.append((d, t))
+        if "fields" in req:
+            d = {k: v for k, v in d.items() if k in req["fields"]}
+        return {"ok": True, "id": req["id"], "t_s": t, req["dir"]: d}
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = self.srv.accept()
+            with conn, conn.makefile("rwb") as f:
+                for line in f:
+                    req = json.loads(line)
+                    self.requests.append(req)
+                    resp = self._answer(req)
+                    out = json.dumps(resp, separators=(",", ":"), sort_keys=True) if self.compact else json.dumps(resp)
+                    f.write(out.encode() + b"\n")
+                    f.flush()
+
+
+@pytest.mark.parametrize(("old", "compact"), [(False, True), (False, False), (True, True)])
+def test_agent_loop_reads_only_its_fields_and_acts_as_on_the_whole_state(tmp_path: Path, old: bool,
+                                                                          compact: bool) -> None:
+    """Issue 14: the loop asks linkemu for STATE_KEYS only (an older linkemu refuses them: then the whole
+    state); the p' it sets every interval are the ones the computation before issue 14 gives for the whole
+    states served, in order."""
+    from ccswitch.testbed.runs.dualpi2_agent import AgentLoop
+
+    fake = _FakeLinkemu(tmp_path / "ctl.sock", old=old, compact=compact)
+    actor = load_actor(SHIPPED)
+    loop = AgentLoop(tmp_path / "ctl.sock", actor, rate_mbit=50, interval_s=0.005).start()
+    deadline = time.monotonic() + 5.0
+    while loop.steps < 12 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    loop.stop()
+    assert loop.error is None and loop.steps >= 12
+    states = [r for r in fake.requests if r["op"] == "state"]
+    sets = [r for r in fake.requests if r["op"] == "set" and r["base_prob"] != "auto"]
+    assert states[0]["fields"] == list(STATE_KEYS) and states[0]["dir"] == "uplink"
+    assert all(("fields" in r) != old for r in states[1:])
+    ref, want = _RefObserver(50), []
+    for d, t in fake.served:
+        o, raw = ref.update(d, t)
+        want.append(_ref_next_base_prob(raw["p_prime"], _ref_act(actor.kernels, actor.biases, o)))
+    assert [r["base_prob"] for r in sets] == want[:len(sets)] and len(sets) >= 12
+    assert {r["hold_ms"] for r in sets} == {LEASE_INTERVALS * 0.005 * 1000}
+    assert fake.requests[-1] == {"op": "set", "dir": "uplink", "base_prob": "auto", "id": fake.requests[-1]["id"]}
 
 
 # -------------------------------------------------------------- kernel ---

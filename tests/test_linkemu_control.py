@@ -104,6 +104,62 @@ def test_client_frames_requests_and_checks_ids(sock_dir: Path) -> None:
     ]
 
 
+def test_request_lines_are_what_json_dumps_writes() -> None:
+    """The requests an agent sends every interval (state, post_set) are formatted from templates and
+    plain ones directly (issue 14): the bytes on the wire are json.dumps({**req, "id": N}, separators=(",",
+    ":")) all the same, answers to posted sets are checked without decoding them, ids stay in order."""
+    from ccswitch.testbed.runs.linkemu_control import _encode
+
+    def dumps(req: dict, rid: int) -> bytes:
+        return json.dumps({**req, "id": rid}, separators=(",", ":")).encode() + b"\n"
+
+    odd: list[dict] = [{"op": "set", "dir": "uplink", "base_prob": float("inf")}, {"op": "set", "base_prob": True},
+                       {"op": "set", "flows": [{"queue": 1, "limit_pkts": 5}]}, {"op": 'a"b'}, {"op": "sét"},
+                       {"id": 3, "op": "state"}, {"op": "state", "id": 3}, {1: 2}, {"op": "st ate"}, {},
+                       {"op": "set", "k": 10**30, "hold_ms": -0.0, "base_prob": 5e-324}, {"op": "id"}, {"x": None}]
+    for req in odd:
+        assert _encode(req, 7) == dumps(req, 7), req
+    a, b = socket.socketpair()
+    b.settimeout(2.0)
+    ctl = LinkemuControl("/unused", timeout=2)
+    ctl._sock = a
+    rid, posted = 0, []
+    sets = [{"base_prob": 0.0123456789, "hold_ms": 30.0}, {"base_prob": 1e-300, "k": 2}, {"base_prob": "auto"},
+            {"base_prob": None, "k": 3}, {"base_prob": float("nan")}, {"hold_ms": True, "base_prob": 0.1}, {},
+            {"base_prob": 0.5, "hold_ms": 30.0}]
+    states = [{}, {"direction": "uplink"}, {"direction": "downlink", "max_flows": 3},
+              {"direction": "uplink", "fields": ("base_prob", "b%c")}, {"direction": "uplink", "fields": ["x"]}]
+    for _ in range(2):  # the second time from the templates
+        for params in sets:
+            for d in ("uplink", "downlink"):
+                ctl.post_set(d, **params)
+                rid += 1
+                posted.append(rid)
+                want = {"op": "set", "dir": d, **{k: v for k, v in params.items() if v is not None}}
+                assert b.recv(65536) == dumps(want, rid), (d, params)
+        for kw in states:
+            answers = [{"applied": {}, "dir": "uplink", "id": i, "ok": True, "t_s": 1.0} for i in posted]
+            rid += 1
+            answers.append({"id": rid, "ok": True, "t_s": 2.0, "uplink": {"n": rid}})
+            b.sendall(b"".join(json.dumps(x, separators=(",", ":"), sort_keys=True).encode() + b"\n"
+                               for x in answers))
+            assert ctl.state(kw.get("direction"), max_flows=kw.get("max_flows"), fields=kw.get("fields"))[
+                "uplink"] == {"n": rid}
+            posted = []
+            want = {"op": "state", **({"dir": kw["direction"]} if "direction" in kw else {}),
+                    **({"max_flows": kw["max_flows"]} if "max_flows" in kw else {}),
+                    **({"fields": list(kw["fields"])} if "fields" in kw else {})}
+            assert b.recv(65536) == dumps(want, rid), kw
+    # A refused posted set raises with the next request, as before.
+    ctl.post_set("uplink", base_prob=0.2, hold_ms=30.0)
+    b.recv(65536)
+    b.sendall(b'{"error":"base_prob: no","id":%d,"ok":false}\n{"id":%d,"ok":true,"t_s":1}\n' % (rid + 1, rid + 2))
+    with pytest.raises(LinkemuControlError, match=r"^base_prob: no$"):
+        ctl.state()
+    a.close()
+    b.close()
+
+
 def test_client_errors_are_clear(sock_dir: Path) -> None:
     path = sock_dir / "ctl.sock"
     with pytest.raises(LinkemuControlError, match=r"cannot connect to linkemu's control socket .*ctl\.sock"):

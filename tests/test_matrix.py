@@ -178,7 +178,11 @@ def test_local_matrix_runs_resumes_and_reports_failures(tmp_path: Path, require)
     lines = (res2 / "failures.jsonl").read_text().splitlines()
     assert len(lines) == 2 and all(Path(json.loads(ln)["log"]).is_file() for ln in lines)
     after = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-    assert not {n for n in after - before if n.startswith("ccs-")}
+    # ours = new ccs- namespaces without a live owner (every run's process is gone by now); another
+    # testbed user on the machine (a live owner) is not a leak of this test
+    from ccswitch.testbed.runs.netns import owner_alive
+
+    assert not {n for n in after - before if n.startswith("ccs-") and owner_alive(n) is not True}
     doc = report(res)
     assert "## Targets met, per arm" in doc.read_text()
 

@@ -17,7 +17,15 @@ import threading
 import time
 from pathlib import Path
 
-from ccswitch.models.dualpi2_actor import LEASE_INTERVALS, OBS_FEATURES, Actor, Observer, next_base_prob, reward
+from ccswitch.models.dualpi2_actor import (
+    LEASE_INTERVALS,
+    OBS_FEATURES,
+    STATE_KEYS,
+    Actor,
+    Observer,
+    next_base_prob,
+    reward,
+)
 
 from .linkemu_control import LinkemuControl, LinkemuControlError
 
@@ -83,24 +91,37 @@ class AgentLoop:
             writer = csv.writer(out)
             writer.writerow(["t_s", *OBS_FEATURES, "action", "base_prob_set", "reward"])
         hold_ms = LEASE_INTERVALS * self.interval_s * 1000
-        next_t = time.monotonic()
+        # What every step calls, looked up once (the step's CPU is the loop's cost: issue 14).
+        direction, interval_s, stopped, wait = self.direction, self.interval_s, self._stop.is_set, self._stop.wait
+        state, post_set = self._ctl.state, self._ctl.post_set
+        update, act = self.observer.update, self.actor.act
+        thread_time, monotonic = time.thread_time, time.monotonic
+        fields: tuple[str, ...] | None = STATE_KEYS  # only what the observation reads: a short answer
+        next_t = monotonic()
         try:
-            while not self._stop.is_set():
-                c0 = time.thread_time()
-                st = self._ctl.state(self.direction)
-                d = st[self.direction]
-                obs, raw = self.observer.update(d, float(st["t_s"]))
-                a = self.actor.act(obs)
+            while not stopped():
+                c0 = thread_time()
+                try:
+                    st = state(direction, fields=fields)
+                except LinkemuControlError as e:
+                    if fields is None or not str(e).startswith("fields: unknown field"):
+                        raise
+                    log.info("linkemu predates state fields (rebuild it: a shorter state every interval); "
+                             "the agent reads the whole state")
+                    fields = None
+                    st = state(direction)
+                obs, raw = update(st[direction], float(st["t_s"]))
+                a = act(obs)
                 p_new = next_base_prob(raw["p_prime"], a)
                 # Not waited for: its answer is read (and a refusal raised) with the next state.
-                self._ctl.post_set(self.direction, base_prob=p_new, hold_ms=hold_ms)
+                post_set(direction, base_prob=p_new, hold_ms=hold_ms)
                 self.steps += 1
                 if writer is not None:
                     writer.writerow([f"{st['t_s']:.4f}", *(f"{x:.5g}" for x in obs), f"{a:.4f}", f"{p_new:.6g}",
                                      f"{reward(raw, self.actor.target_ms):.4f}"])
-                self.cpu_s += time.thread_time() - c0
-                next_t += self.interval_s
-                self._stop.wait(max(next_t - time.monotonic(), 0.0))
+                self.cpu_s += thread_time() - c0
+                next_t += interval_s
+                wait(max(next_t - monotonic(), 0.0))
         except (LinkemuControlError, OSError, KeyError, ValueError) as e:
             self.error = f"{type(e).__name__}: {e}"
             log.warning("dualpi2 agent stopped (%s); linkemu's PI controller takes p' back when the lease "

@@ -7,7 +7,8 @@ object per line each way over a UNIX stream socket; each request line gets exact
 line, in order:
 
 * ``{"op": "state"}`` (optional ``"dir": "uplink" | "downlink"``, ``"max_flows": N``, default
-  1024) answers ``{"ok": true, "t_s": T, "uplink": DIR, "downlink": DIR}``.  DIR has ``kind``,
+  1024, ``"fields": [NAME, ...]``: each DIR holds only these of its keys) answers ``{"ok": true,
+  "t_s": T, "uplink": DIR, "downlink": DIR}``.  DIR has ``kind``,
   ``backlog_pkts``, ``backlog_bytes``, ``packets_in``, ``bytes_in``, ``packets_out``,
   ``bytes_out``, ``drops`` (per cause) and ``drops_total``, the qdisc's own values (dualpi2:
   ``base_prob``, ``pi`` "auto"/"manual", ``p_c``, ``p_cl``, ``k``, ``classic_pkts``,
@@ -45,6 +46,7 @@ from __future__ import annotations
 import itertools
 import json
 import socket
+import struct
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -56,6 +58,11 @@ __all__ = ["DIRECTIONS", "LinkemuControl", "LinkemuControlError"]
 DIRECTIONS = ("uplink", "downlink")
 MAX_LINE = 64 << 20
 """Longest response accepted (a state with thousands of lfq flows is a few MB)."""
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_scan = json.JSONDecoder().scan_once  # json.loads' own scanner, without its Python layers
+_NAMES = frozenset(("op", "dir", "state", "set", "uplink", "downlink", "max_flows", "default_limit_pkts",
+                    "base_prob", "k", "hold_ms", "auto"))
+"""Request keys and string values that JSON writes as they are (the common ones; see _encode)."""
 
 
 class LinkemuControlError(RuntimeError):
@@ -84,6 +91,8 @@ class LinkemuControl:
         self._buf = b""
         self._ids = itertools.count(1)
         self._posted: list[tuple[int, str]] = []  # (id, op) of requests sent by post(), answers not read yet
+        self._state_lines: dict[tuple[Any, ...], bytes] = {}  # state()'s requests encoded, "%d" for the id
+        self._set_lines: dict[tuple[str, ...], str] = {}  # post_set()'s, "%r" for each value, "%d" for the id
 
     # -- connection --
 
@@ -103,6 +112,14 @@ class LinkemuControl:
                     raise LinkemuControlError(f"cannot connect to linkemu's control socket {self.path}: {e}") from e
                 time.sleep(0.05)
                 continue
+            if self.timeout > 0:
+                # Blocking, with the timeout kept by the kernel (SO_RCVTIMEO / SO_SNDTIMEO): a Python
+                # socket timeout polls before every send and recv, two syscalls instead of one (issue 14).
+                s.settimeout(None)
+                sec = int(self.timeout)
+                tv = struct.pack("@ll", sec, max(int((self.timeout - sec) * 1e6), 0 if sec else 1))
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
             self._sock, self._buf, self._posted = s, b"", []
             return
 
@@ -127,11 +144,67 @@ class LinkemuControl:
         ``{"ok": false, ...}``, and when the socket fails or stays silent for ``timeout`` s
         (the connection is then closed, since a late answer would be taken for the next one).
         """
-        rid = self._send(req)
-        for posted, op in self._posted:  # answers to post()ed requests come first, in order
-            self._answer(posted, op)
+        return self._exchange(req, None, str(req.get("op")))
+
+    def _exchange(self, req: Mapping[str, Any] | None, template: bytes | None, op: str) -> dict[str, Any]:
+        """:meth:`request` of *req*, or of *template* (a request encoded with ``%d`` for its id): send it,
+        read and check the answers to post()ed requests (they come first, in order), return its own.
+
+        An agent calls this every control interval, so it is one call, not several: reading a line, the
+        check of a post()ed request's answer (an ``ok`` one is recognised in the line as it is, without
+        decoding it: linkemu writes compact JSON with sorted keys, ``{..., "id":ID,"ok":true, ...}``, text
+        that cannot occur inside a JSON string) and the decoding are written out here."""
+        if self._sock is None:
+            self.connect()
+        sock = self._sock
+        assert sock is not None
+        rid = next(self._ids)
+        try:
+            sock.sendall(template % rid if template is not None else _encode(req or {}, rid))
+        except OSError as e:
+            raise self._send_failed(e) from e
+        expected = [*self._posted, (rid, op)] if self._posted else [(rid, op)]
+        resp: Any = None
+        for want, want_op in expected:
+            try:
+                buf = self._buf
+                end = buf.find(b"\n")
+                while end < 0:
+                    if len(buf) > MAX_LINE:
+                        raise ValueError(f"response longer than {MAX_LINE} bytes")
+                    chunk = sock.recv(1 << 16)
+                    if not chunk:
+                        raise ConnectionError("linkemu closed the connection")
+                    end = chunk.find(b"\n")
+                    if end >= 0:
+                        end += len(buf)
+                    buf += chunk
+                    self._buf = buf
+                line, self._buf = buf[:end], buf[end + 1:]
+                if want != rid and b'"id":%d,"ok":true' % want in line:
+                    continue  # a post()ed request's answer: ok
+                # json.loads(line), through its scanner directly for a line of UTF-8 JSON and nothing else
+                # (what linkemu writes); anything else (whitespace around it, an error) goes to json.loads.
+                try:
+                    text = line.decode()
+                    resp, end = _scan(text, 0)
+                    if end != len(text):
+                        raise ValueError
+                except (ValueError, StopIteration):
+                    resp = json.loads(line)
+            except (TimeoutError, BlockingIOError) as e:  # BlockingIOError: SO_RCVTIMEO ran out
+                self.close()
+                raise LinkemuControlError(f"no answer from linkemu within {self.timeout:g} s to {want_op}") from e
+            except (OSError, ValueError) as e:
+                self.close()
+                raise LinkemuControlError(f"linkemu control socket {self.path}: {e}") from e
+            if not isinstance(resp, dict) or resp.get("id") != want:
+                self.close()
+                raise LinkemuControlError(f"unexpected answer (request id {want}): {resp!r}")
+            if resp.get("ok") is not True:
+                raise LinkemuControlError(str(resp.get("error", resp)))
         self._posted = []
-        return self._answer(rid, str(req.get("op")))
+        return resp
 
     def post(self, req: Mapping[str, Any]) -> None:
         """Send a request without waiting for its answer; the next :meth:`request` reads and checks it
@@ -141,53 +214,46 @@ class LinkemuControl:
         self._posted.append((rid, str(req.get("op"))))
 
     def _send(self, req: Mapping[str, Any]) -> int:
-        self.connect()
+        """Send *req* with the next id; return the id."""
+        if self._sock is None:
+            self.connect()
         assert self._sock is not None
         rid = next(self._ids)
-        line = json.dumps({**req, "id": rid}, separators=(",", ":")).encode() + b"\n"
         try:
-            self._sock.sendall(line)
+            self._sock.sendall(_encode(req, rid))
         except OSError as e:
-            self.close()
-            raise LinkemuControlError(f"linkemu control socket {self.path}: {e}") from e
+            raise self._send_failed(e) from e
         return rid
 
-    def _answer(self, rid: int, op: str) -> dict[str, Any]:
-        try:
-            resp = json.loads(self._read_line())
-        except TimeoutError as e:
-            self.close()
-            raise LinkemuControlError(f"no answer from linkemu within {self.timeout:g} s to {op}") from e
-        except (OSError, ValueError) as e:
-            self.close()
-            raise LinkemuControlError(f"linkemu control socket {self.path}: {e}") from e
-        if not isinstance(resp, dict) or resp.get("id") != rid:
-            self.close()
-            raise LinkemuControlError(f"unexpected answer (request id {rid}): {resp!r}")
-        if resp.get("ok") is not True:
-            raise LinkemuControlError(str(resp.get("error", resp)))
-        return resp
+    def _send_failed(self, e: OSError) -> LinkemuControlError:
+        self.close()
+        if isinstance(e, BlockingIOError):  # SO_SNDTIMEO ran out
+            return LinkemuControlError(f"linkemu control socket {self.path}: send timed out after {self.timeout:g} s")
+        return LinkemuControlError(f"linkemu control socket {self.path}: {e}")
 
-    def _read_line(self) -> bytes:
-        assert self._sock is not None
-        while b"\n" not in self._buf:
-            if len(self._buf) > MAX_LINE:
-                raise ValueError(f"response longer than {MAX_LINE} bytes")
-            chunk = self._sock.recv(1 << 16)
-            if not chunk:
-                raise ConnectionError("linkemu closed the connection")
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        return line
-
-    def state(self, direction: str | None = None, *, max_flows: int | None = None) -> dict[str, Any]:
-        """``{"t_s": ..., "uplink": {...}, "downlink": {...}}`` (only *direction* if given)."""
-        req: dict[str, Any] = {"op": "state"}
-        if direction is not None:
-            req["dir"] = _direction(direction)
-        if max_flows is not None:
-            req["max_flows"] = max_flows
-        return self.request(req)
+    def state(self, direction: str | None = None, *, max_flows: int | None = None,
+              fields: Sequence[str] | None = None) -> dict[str, Any]:
+        """``{"t_s": ..., "uplink": {...}, "downlink": {...}}`` (only *direction* if given; with *fields*,
+        each direction holds only those of its keys: a shorter answer for an agent that reads a few)."""
+        try:  # the same request every control interval: encoded once
+            key = (direction, max_flows, fields)
+            template = self._state_lines.get(key)
+        except TypeError:  # unhashable (fields in a list): encoded each time
+            key, template = None, None
+        if template is None:
+            req: dict[str, Any] = {"op": "state"}
+            if direction is not None:
+                req["dir"] = _direction(direction)
+            if max_flows is not None:
+                req["max_flows"] = max_flows
+            if fields is not None:
+                req["fields"] = list(fields)
+            if key is None or len(self._state_lines) >= 16:
+                return self.request(req)
+            # json.dumps({**req, "id": ID}) with "%d" for ID (and any "%" in it doubled).
+            template = (_dumps(req).replace("%", "%%")[:-1] + ',"id":%d}\n').encode()
+            self._state_lines[key] = template
+        return self._exchange(None, template, "state")
 
     def set(
         self,
@@ -220,10 +286,63 @@ class LinkemuControl:
 
     def post_set(self, direction: str, **params: Any) -> None:
         """:meth:`set` without waiting for the answer (see :meth:`post`); None values are left out."""
+        values = tuple(params.values())
+        for v in values:
+            t = type(v)
+            if not ((t is float and v - v == 0.0) or t is int):
+                break
+        else:  # plain numbers (an agent's set every interval): the line from a template, as for state()
+            fmt = None
+            if direction in DIRECTIONS:
+                key = (direction, *params)
+                fmt = self._set_lines.get(key)
+                if fmt is None and len(self._set_lines) < 16 and all(k in _NAMES or _plain(k) for k in params):
+                    # json.dumps({"op": "set", "dir": D, **params, "id": ID}): json writes numbers as repr does
+                    fmt = "".join((f'{{"op":"set","dir":"{direction}",', *(f'"{k}":%r,' for k in params),
+                                   '"id":%d}\n'))
+                    self._set_lines[key] = fmt
+            if fmt is not None:
+                if self._sock is None:
+                    self.connect()
+                assert self._sock is not None
+                rid = next(self._ids)
+                try:
+                    self._sock.sendall((fmt % (*values, rid)).encode())
+                except OSError as e:
+                    raise self._send_failed(e) from e
+                self._posted.append((rid, "set"))
+                return
         self.post({"op": "set", "dir": _direction(direction), **{k: v for k, v in params.items() if v is not None}})
 
     def __repr__(self) -> str:
         return f"LinkemuControl({str(self.path)!r}, connected={self._sock is not None})"
+
+
+def _encode(req: Mapping[str, Any], rid: int) -> bytes:
+    """``json.dumps({**req, "id": rid}, separators=(",", ":"))`` and a newline, as bytes.  A flat request
+    of plain names and finite numbers (an agent's state and set, every control interval) is formatted
+    directly, to the same bytes: json writes ints and floats with their ``repr``, and ASCII identifiers
+    as they are."""
+    parts = []
+    for k, v in req.items():
+        if not (k in _NAMES or _plain(k)):
+            break
+        t = type(v)
+        if (t is float and v - v == 0.0) or t is int:
+            parts.append(f'"{k}":{v!r}')
+        elif t is str and (v in _NAMES or _plain(v)):
+            parts.append(f'"{k}":"{v}"')
+        else:
+            break
+    else:
+        parts.append(f'"id":{rid}')
+        return ("{" + ",".join(parts) + "}\n").encode()
+    return _dumps({**req, "id": rid}).encode() + b"\n"
+
+
+def _plain(s: object) -> bool:
+    """A string that JSON writes as it is, and not "id" (which _encode adds)."""
+    return type(s) is str and s.isidentifier() and s.isascii() and s != "id"
 
 
 def _direction(d: str) -> str:

@@ -12,12 +12,17 @@ pub fn apply(engine: &mut Engine, req: &Request) -> Reply {
     let now = engine.now();
     let t_s = engine.elapsed_s(now);
     match req {
-        Request::State { dir, max_flows } => {
+        Request::State { dir, max_flows, fields } => {
             let dirs: Vec<Dir> = match dir {
                 Some(d) => vec![*d],
                 None => Dir::BOTH.to_vec(),
             };
-            Reply::State { t_s, dirs: dirs.into_iter().map(|d| dir_state(engine, d, now, *max_flows)).collect() }
+            // Flows not asked for are not copied.
+            let max_flows = match fields {
+                Some(f) if !f.iter().any(|n| n == "flows") => 0,
+                _ => *max_flows,
+            };
+            Reply::State { t_s, dirs: dirs.into_iter().map(|d| dir_state(engine, d, now, max_flows)).collect() }
         }
         Request::Set { dir, params } => match engine.link_mut(*dir).qdisc_mut().control_set(params, now) {
             Ok(applied) => Reply::Set { t_s, dir: *dir, applied },

@@ -14,6 +14,7 @@
 //! ```text
 //! {"op": "state"}                                   both directions
 //! {"op": "state", "dir": "uplink", "max_flows": 64} one direction, at most 64 flows listed (default 1024)
+//! {"op": "state", "dir": "uplink", "fields": ["base_prob", "bytes_out"]}   only these keys of DIR
 //! {"op": "set", "dir": "uplink", "flows": [{"queue": 17, "limit_pkts": 10},
 //!     {"key": {"src": "10.99.0.11", "dst": "10.99.0.1", "proto": 6, "sport": 40000, "dport": 5201},
 //!      "limit_pkts": 20}], "default_limit_pkts": 50}                       lfq
@@ -42,7 +43,10 @@
 //! and for per-flow qdiscs `flows_active` and `flows` [{`queue`, `key`,
 //! `shared`, `limit_pkts`, `backlog_pkts`, `backlog_bytes`, ...; fq_pie:
 //! `prob`, `qdelay_ms`, `burst_allowance_ms`; lfq: `features` {name: [10
-//! values]}}] with lfq's `weights`.
+//! values]}}] with lfq's `weights`.  With `fields`, a DIR holds only the keys
+//! listed (a name it does not have is left out; flows are copied only if
+//! `flows` is listed): an agent that reads a few numbers every interval gets
+//! a short line.
 //!
 //! # Threads and cost
 //!
@@ -75,12 +79,16 @@ use crate::qdisc::DropCause;
 pub const DEFAULT_MAX_FLOWS: usize = 1024;
 /// The most flows a request may ask for.
 pub const MAX_FLOWS: usize = 65_536;
+/// The most names a `state` request's `fields` may list.
+pub const MAX_FIELDS: usize = 256;
 
 /// A parsed request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
-    /// State of one direction (None: both).
-    State { dir: Option<Dir>, max_flows: usize },
+    /// State of one direction (None: both); with `fields`, each DIR holds only
+    /// those of its keys (an agent that reads a few numbers every interval
+    /// gets a short line to decode).
+    State { dir: Option<Dir>, max_flows: usize, fields: Option<Vec<String>> },
     /// Change parameters of one direction's qdisc.
     Set { dir: Dir, params: SetParams },
 }
@@ -109,11 +117,21 @@ pub enum Reply {
 /// use and tests; the server splits these steps over its threads).
 pub fn handle_line(line: &[u8], engine: &mut crate::engine::Engine) -> String {
     let (id, req) = parse::request(line);
-    let reply = match req {
-        Ok(r) => apply::apply(engine, &r),
-        Err(e) => Reply::Error(e),
+    let (reply, fields) = match req {
+        Ok(r) => (apply::apply(engine, &r), r.fields()),
+        Err(e) => (Reply::Error(e), None),
     };
-    render::reply(id.as_ref(), &reply)
+    render::reply_fields(id.as_ref(), &reply, fields.as_deref())
+}
+
+impl Request {
+    /// The DIR keys a `state` request asked for (None: all).
+    pub fn fields(&self) -> Option<Vec<String>> {
+        match self {
+            Request::State { fields, .. } => fields.clone(),
+            Request::Set { .. } => None,
+        }
+    }
 }
 
 /// The `id` a request carried, if any.

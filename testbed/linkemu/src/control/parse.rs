@@ -8,12 +8,12 @@ use std::net::IpAddr;
 
 use serde_json::{Map, Value};
 
-use super::{Request, RequestId, DEFAULT_MAX_FLOWS, MAX_FLOWS};
+use super::{Request, RequestId, DEFAULT_MAX_FLOWS, MAX_FIELDS, MAX_FLOWS};
 use crate::flow::FlowKey;
 use crate::packet::Dir;
 use crate::qdisc::control::{BaseProb, FlowLimit, FlowSel, SetParams};
 
-const STATE_FIELDS: &[&str] = &["op", "id", "dir", "max_flows"];
+const STATE_FIELDS: &[&str] = &["op", "id", "dir", "max_flows", "fields"];
 const SET_FIELDS: &[&str] = &["op", "id", "dir", "default_limit_pkts", "flows", "base_prob", "k", "hold_ms"];
 /// Longest lease of a fixed DualPI2 base probability (`hold_ms`), ms.
 const MAX_HOLD_MS: f64 = 60_000.0;
@@ -56,7 +56,8 @@ fn parse_object(m: &Map<String, Value>) -> Result<Request, String> {
                 None => DEFAULT_MAX_FLOWS,
                 Some(v) => uint(v, "max_flows", 0, MAX_FLOWS as u64)? as usize,
             };
-            Ok(Request::State { dir, max_flows })
+            let fields = m.get("fields").map(fields).transpose()?;
+            Ok(Request::State { dir, max_flows, fields })
         }
         "set" => {
             known_fields(m, SET_FIELDS, "", "set")?;
@@ -136,6 +137,25 @@ fn dir(v: &Value, field: &str) -> Result<Dir, String> {
         Some("downlink") => Ok(Dir::Down),
         _ => Err(format!("{field}: must be \"uplink\" or \"downlink\", got {}", short(v))),
     }
+}
+
+/// `fields` of a state request: names of DIR keys (one that DIR does not have
+/// is left out of the answer, like the key).
+fn fields(v: &Value) -> Result<Vec<String>, String> {
+    const WHAT: &str = "an array of key names";
+    let Value::Array(a) = v else {
+        return Err(format!("fields: must be {WHAT}, got {}", type_name(v)));
+    };
+    if a.len() > MAX_FIELDS {
+        return Err(format!("fields: at most {MAX_FIELDS} names, got {}", a.len()));
+    }
+    a.iter()
+        .enumerate()
+        .map(|(i, n)| match n.as_str() {
+            Some(s) if !s.is_empty() && s.len() <= 64 => Ok(s.to_string()),
+            _ => Err(format!("fields[{i}]: must be a key name (1..64 characters), got {}", short(n))),
+        })
+        .collect()
 }
 
 fn uint(v: &Value, field: &str, lo: u64, hi: u64) -> Result<u64, String> {

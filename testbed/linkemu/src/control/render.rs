@@ -26,13 +26,23 @@ use crate::qdisc::DropCause;
 
 /// The response line to a request with `id`.
 pub fn reply(id: Option<&Value>, r: &Reply) -> String {
+    reply_fields(id, r, None)
+}
+
+/// The response line to a request with `id`; a state's DIRs hold only the
+/// keys in `fields` (None: all).
+pub fn reply_fields(id: Option<&Value>, r: &Reply, fields: Option<&[String]>) -> String {
     let mut m = Map::new();
     match r {
         Reply::State { t_s, dirs } => {
             m.insert("ok".into(), json!(true));
             m.insert("t_s".into(), json!(t_s));
             for d in dirs {
-                m.insert(d.dir.name().into(), dir_json(d));
+                let mut dm = dir_json(d);
+                if let Some(f) = fields {
+                    dm.retain(|k, _| f.iter().any(|n| n == k));
+                }
+                m.insert(d.dir.name().into(), Value::Object(dm));
             }
         }
         Reply::Set { t_s, dir, applied } => {
@@ -84,7 +94,7 @@ pub fn key(k: Option<&FlowKey>) -> Value {
     }
 }
 
-fn dir_json(d: &DirState) -> Value {
+fn dir_json(d: &DirState) -> Map<String, Value> {
     let mut m = qdisc_json(&d.qdisc);
     let mut drops = Map::new();
     for c in DropCause::ALL {
@@ -96,7 +106,7 @@ fn dir_json(d: &DirState) -> Value {
     m.insert("bytes_in".into(), json!(d.bytes_in));
     m.insert("packets_out".into(), json!(d.packets_out));
     m.insert("bytes_out".into(), json!(d.bytes_out));
-    Value::Object(m)
+    m
 }
 
 fn qdisc_json(q: &QdiscState) -> Map<String, Value> {

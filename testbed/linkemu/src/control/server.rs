@@ -216,6 +216,7 @@ fn client(stream: UnixStream, tx: Sender<Job>, wake_fd: Arc<OwnedFd>) {
 /// The response line to one request line.
 fn respond(line: &[u8], tx: &Sender<Job>, wake_fd: &OwnedFd) -> String {
     let (id, parsed) = parse::request(line);
+    let fields = parsed.as_ref().ok().and_then(Request::fields);
     let reply = match parsed {
         Err(e) => Reply::Error(e),
         Ok(req) => {
@@ -234,7 +235,7 @@ fn respond(line: &[u8], tx: &Sender<Job>, wake_fd: &OwnedFd) -> String {
             }
         }
     };
-    render::reply(id.as_ref(), &reply)
+    render::reply_fields(id.as_ref(), &reply, fields.as_deref())
 }
 
 impl ControlPort {

@@ -131,6 +131,37 @@ fn state_and_set_requests() {
     assert_eq!(r["applied"]["pi"], "auto");
 }
 
+/// `fields`: each DIR holds only the keys asked for (names it does not have
+/// are left out), with the values a full state has; flows only if asked.
+#[test]
+fn state_fields_narrow_the_answer() {
+    let mut e = engine();
+    traffic(&mut e, &[4000, 4001], 100);
+    let full = ask(&mut e, r#"{"op": "state"}"#);
+    let r = ask(
+        &mut e,
+        r#"{"op": "state", "dir": "downlink", "fields": ["base_prob", "bytes_out", "drops", "nope"], "id": 3}"#,
+    );
+    assert_eq!((&r["ok"], &r["id"], &r["t_s"]), (&json!(true), &json!(3), &full["t_s"]));
+    assert!(r.get("uplink").is_none());
+    let down = r["downlink"].as_object().unwrap();
+    assert_eq!(down.keys().collect::<Vec<_>>(), ["base_prob", "bytes_out", "drops"]);
+    for (k, v) in down {
+        assert_eq!(v, &full["downlink"][k], "{k}");
+    }
+    let r = ask(&mut e, r#"{"op": "state", "fields": ["flows_active", "packets_in"]}"#);
+    assert_eq!(r["uplink"], json!({"flows_active": 2, "packets_in": 200}));
+    assert_eq!(r["downlink"], json!({"packets_in": 0}));
+    let r = ask(&mut e, r#"{"op": "state", "dir": "uplink", "fields": ["flows"], "max_flows": 1}"#);
+    assert_eq!(r["uplink"]["flows"], json!([full["uplink"]["flows"][0].clone()]));
+    assert_eq!(ask(&mut e, r#"{"op": "state", "dir": "uplink", "fields": []}"#)["uplink"], json!({}));
+    let many: Vec<String> = (0..=super::MAX_FIELDS).map(|i| format!("\"f{i}\"")).collect();
+    assert_eq!(
+        error(&mut e, &format!(r#"{{"op": "state", "fields": [{}]}}"#, many.join(","))),
+        format!("fields: at most {} names, got {}", super::MAX_FIELDS, super::MAX_FIELDS + 1)
+    );
+}
+
 #[test]
 fn bad_requests_get_one_line_errors_and_change_nothing() {
     let mut e = engine();
@@ -143,9 +174,12 @@ fn bad_requests_get_one_line_errors_and_change_nothing() {
         (r#"{"id": 3}"#, "op: missing (\"state\" or \"set\")"),
         (r#"{"op": 1}"#, "op: must be a string (\"state\" or \"set\"), got a number"),
         (r#"{"op": "reset"}"#, "op: unknown op \"reset\" (expected \"state\" or \"set\")"),
-        (r#"{"op": "state", "dirr": "up"}"#, "dirr: unknown field for state (fields: op, id, dir, max_flows)"),
+        (r#"{"op": "state", "dirr": "up"}"#, "dirr: unknown field for state (fields: op, id, dir, max_flows, fields)"),
         (r#"{"op": "state", "dir": "up"}"#, "dir: must be \"uplink\" or \"downlink\", got \"up\""),
         (r#"{"op": "state", "max_flows": -1}"#, "max_flows: must be an integer 0..65536, got -1"),
+        (r#"{"op": "state", "fields": "k"}"#, "fields: must be an array of key names, got a string"),
+        (r#"{"op": "state", "fields": ["k", 2]}"#, "fields[1]: must be a key name (1..64 characters), got 2"),
+        (r#"{"op": "state", "fields": [""]}"#, "fields[0]: must be a key name (1..64 characters), got \"\""),
         (r#"{"op": "set", "flows": []}"#, "dir: missing (\"uplink\" or \"downlink\")"),
         (r#"{"op": "set", "dir": "uplink"}"#, "set: nothing to set (fields: default_limit_pkts, flows, base_prob, k)"),
         (
@@ -302,7 +336,7 @@ fn the_real_socket_end_to_end() {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut w = s.try_clone().unwrap();
         // Pipelined: four requests (one malformed) and a blank line in one write.
-        w.write_all(b"{\"op\": \"state\", \"id\": 1}\n\n{\"op\": \"set\", \"dir\": \"uplink\", \"default_limit_pkts\": 7, \"id\": 2}\n{oops\n{\"op\": \"state\", \"dir\": \"uplink\", \"id\": 4}\n").unwrap();
+        w.write_all(b"{\"op\": \"state\", \"id\": 1}\n\n{\"op\": \"set\", \"dir\": \"uplink\", \"default_limit_pkts\": 7, \"id\": 2}\n{oops\n{\"op\": \"state\", \"dir\": \"uplink\", \"fields\": [\"default_limit_pkts\"], \"id\": 4}\n").unwrap();
         let mut r = BufReader::new(s);
         let lines: Vec<Value> = (0..4)
             .map(|_| {
@@ -329,7 +363,7 @@ fn the_real_socket_end_to_end() {
     assert_eq!((&lines[1]["id"], &lines[1]["applied"]["default_limit_pkts"]), (&json!(2), &json!(7)));
     assert_eq!(lines[2]["ok"], false);
     assert!(lines[2]["error"].as_str().unwrap().starts_with("malformed JSON: key must be a string"), "{}", lines[2]);
-    assert_eq!((&lines[3]["id"], &lines[3]["uplink"]["default_limit_pkts"]), (&json!(4), &json!(7)));
+    assert_eq!((&lines[3]["id"], &lines[3]["uplink"]), (&json!(4), &json!({"default_limit_pkts": 7})));
     assert_eq!(long.trim(), r#"{"error":"request longer than 1048576 bytes","ok":false}"#);
     assert_eq!(port.served, 3, "the malformed and the long lines never reached the loop");
     drop(port);
@@ -364,7 +398,7 @@ fn what_a_request_costs_the_loop() {
         let mut e = engine_with(r#"{"kind": "lfq", "flows": 65536}"#);
         let sports: Vec<u16> = (0..n).map(|i| 10_000 + i).collect();
         traffic(&mut e, &sports, 3);
-        let state = Request::State { dir: None, max_flows: 1024 };
+        let state = Request::State { dir: None, max_flows: 1024, fields: None };
         let reps = 200;
         let t = Instant::now();
         let mut flows = 0;
