@@ -79,8 +79,8 @@ class StarvationDetector:
 
     def update(self, slots: np.ndarray, loss_based: np.ndarray, loss_rate: np.ndarray, cwnd: np.ndarray,
                now: float) -> np.ndarray:
-        """One decision for the flows in *slots*; returns the boolean mask of those due to escape."""
-        self.grow(int(slots.max()) + 1 if len(slots) else 0)
+        """One decision for the flows in *slots* (already grown to: the controller grows with its
+        FlowIndex); returns the boolean mask of those due to escape."""
         c = self.cfg
         with np.errstate(invalid="ignore"):
             stuck = loss_based & (np.nan_to_num(loss_rate, nan=0.0) >= c.loss) & (cwnd <= c.cwnd_segs)

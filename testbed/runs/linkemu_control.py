@@ -159,10 +159,7 @@ class LinkemuControl:
         sock = self._sock
         assert sock is not None
         rid = next(self._ids)
-        try:
-            sock.sendall(template % rid if template is not None else _encode(req or {}, rid))
-        except OSError as e:
-            raise self._send_failed(e) from e
+        self._send_line(template % rid if template is not None else _encode(req or {}, rid))
         expected = [*self._posted, (rid, op)] if self._posted else [(rid, op)]
         resp: Any = None
         for want, want_op in expected:
@@ -219,11 +216,16 @@ class LinkemuControl:
             self.connect()
         assert self._sock is not None
         rid = next(self._ids)
+        self._send_line(_encode(req, rid))
+        return rid
+
+    def _send_line(self, line: bytes) -> None:
+        """Send one encoded request line on the open socket (closing it if the send fails)."""
+        assert self._sock is not None
         try:
-            self._sock.sendall(_encode(req, rid))
+            self._sock.sendall(line)
         except OSError as e:
             raise self._send_failed(e) from e
-        return rid
 
     def _send_failed(self, e: OSError) -> LinkemuControlError:
         self.close()
@@ -304,12 +306,8 @@ class LinkemuControl:
             if fmt is not None:
                 if self._sock is None:
                     self.connect()
-                assert self._sock is not None
                 rid = next(self._ids)
-                try:
-                    self._sock.sendall((fmt % (*values, rid)).encode())
-                except OSError as e:
-                    raise self._send_failed(e) from e
+                self._send_line((fmt % (*values, rid)).encode())
                 self._posted.append((rid, "set"))
                 return
         self.post({"op": "set", "dir": _direction(direction), **{k: v for k, v in params.items() if v is not None}})
