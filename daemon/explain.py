@@ -40,23 +40,13 @@ STATE_KEYS: dict[str, tuple[object, str]] = {
 
 def parse_state(text: str) -> dict[str, Any]:
     """'throughput_mbps=5,rtt_ms=40,cca=bbr' -> typed dict (ValueError names the bad key)."""
-    out: dict[str, Any] = {}
+    raw: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         k, sep, v = part.partition("=")
-        k = k.strip()
         if not sep:
             raise ValueError(f"--state: {part!r} is not KEY=VALUE")
-        if k not in STATE_KEYS:
-            raise ValueError(f"--state: unknown key {k!r} (known: {', '.join(STATE_KEYS)})")
-        default = STATE_KEYS[k][0]
-        if isinstance(default, str):
-            out[k] = v.strip()
-        else:
-            try:
-                out[k] = type(default)(float(v)) if isinstance(default, int) else float(v)
-            except ValueError:
-                raise ValueError(f"--state: {k} must be a number, got {v!r}") from None
-    return out
+        raw[k.strip()] = v.strip()
+    return validate_state(raw, where="--state")
 
 
 STATE_RANGES: dict[str, tuple[float, float]] = {
@@ -67,27 +57,27 @@ STATE_RANGES: dict[str, tuple[float, float]] = {
 """Accepted values per numeric key (inclusive).  rtt_ms must be positive: the RTT ratio divides by it."""
 
 
-def validate_state(state: Mapping[str, Any]) -> dict[str, Any]:
+def validate_state(state: Mapping[str, Any], where: str = "state") -> dict[str, Any]:
     """A hypothetical state from the CLI or the control socket -> typed dict; ValueError names the bad key."""
     out: dict[str, Any] = {}
     for k, v in state.items():
         if k not in STATE_KEYS:
-            raise ValueError(f"state: unknown key {k!r} (known: {', '.join(STATE_KEYS)})")
+            raise ValueError(f"{where}: unknown key {k!r} (known: {', '.join(STATE_KEYS)})")
         default = STATE_KEYS[k][0]
         if isinstance(default, str):
             if not isinstance(v, str):
-                raise ValueError(f"state: {k} must be a string, got {v!r}")
+                raise ValueError(f"{where}: {k} must be a string, got {v!r}")
             out[k] = v
             continue
         if isinstance(v, bool) or not isinstance(v, int | float | str):
-            raise ValueError(f"state: {k} must be a number, got {v!r}")
+            raise ValueError(f"{where}: {k} must be a number, got {v!r}")
         try:
             x = float(v)
         except ValueError:
-            raise ValueError(f"state: {k} must be a number, got {v!r}") from None
+            raise ValueError(f"{where}: {k} must be a number, got {v!r}") from None
         lo, hi = STATE_RANGES[k]
         if not lo <= x <= hi:  # also refuses NaN
-            raise ValueError(f"state: {k} = {v!r} is out of range; give a value in [{lo:g}, {hi:g}]")
+            raise ValueError(f"{where}: {k} = {v!r} is out of range; give a value in [{lo:g}, {hi:g}]")
         out[k] = int(x) if isinstance(default, int) else x
     return out
 
