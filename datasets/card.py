@@ -31,11 +31,14 @@ import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .trace import MANIFEST, SAMPLES, TraceError, find_captures
+
+if TYPE_CHECKING:
+    from ccswitch.envs.replay import ReplayCorpus
 
 __all__ = ["CARD", "LATE_AFTER", "LONG_INTERVAL", "card_stats", "render_card", "template_for", "write_card"]
 
@@ -67,8 +70,8 @@ def _fmt(x: float, digits: int = 1) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def card_stats(corpus: str | Path) -> dict[str, str]:
-    """Every placeholder value of the card of *corpus*, as text."""
+def card_stats(corpus: str | Path, replay: ReplayCorpus | None = None) -> dict[str, str]:
+    """Every placeholder value of the card of *corpus*, as text (*replay*: the corpus, if loaded)."""
     root = Path(corpus)
     caps = find_captures(root)
     if not caps:
@@ -94,21 +97,25 @@ def card_stats(corpus: str | Path) -> dict[str, str]:
             ts = t.column("ts_s").to_numpy()[t.column("flow_id").to_numpy() == int(agent["flow_id"])]
             if not len(ts) or ts.min() - float(t0) > LATE_AFTER * c.interval_s:
                 late += 1
-    table, heldout = _condition_table(root)
+    table, heldout = _condition_table(root, replay)
+    played = [c for c in caps if "policy" in (c.manifest.get("arm") or {})]
+    policies = sorted({c.manifest["arm"]["policy"].get("sha256", "?")[:8] for c in played})
     return {
         "SIZE": _fmt(size / 1e6), "CAPTURES": str(len(caps)), "ROWS": f"{rows:,}",
         "LONG": _fmt(100 * long_rows / max(rows, 1)), "LONGEST": _fmt(longest),
         "SWMED": _fmt(float(np.median(delays)) if delays else math.nan, 2),
         "SWMAX": _fmt(max(delays) if delays else math.nan, 2), "LATE": str(late),
         "HELDOUT": ", ".join(f"`{h}`" for h in heldout) or "none", "TABLE": table,
+        "SELFPLAY": (f"{len(played)} self-play captures (policy {', '.join(policies)} on every managed client)"
+                     if played else "no self-play captures"),
     }
 
 
-def _condition_table(root: Path) -> tuple[str, list[str]]:
+def _condition_table(root: Path, replay: ReplayCorpus | None) -> tuple[str, list[str]]:
     from ccswitch.envs.replay import ReplayCorpus, split_conditions
     from ccswitch.envs.reward import RewardConfig, reward
 
-    replay = ReplayCorpus.load(root, log=lambda m: None)
+    replay = replay or ReplayCorpus.load(root, log=lambda m: None)
     cfg = RewardConfig()
     _, heldout = split_conditions(replay.ids(), HELDOUT_FRACTION)
     head = ["condition", *replay.actions, "best"]

@@ -239,16 +239,19 @@ def synthetic_cmd(out: str, conditions: int, duration: int, seed: int) -> None:
 @dataset.command("from-matrix")
 @click.argument("results", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Corpus folder to write (resumes).")
-def from_matrix_cmd(results: str, out: str) -> None:
+@click.option("--self-play", is_flag=True,
+              help="Also the runs of the dqn arm: the policy on every managed client (iterated self-play).")
+def from_matrix_cmd(results: str, out: str, self_play: bool) -> None:
     """A replay corpus from `testbed matrix run --arms daemon-static-cubic,...-bbr,...-pcc` run folders.
 
     One condition per managed bulk flow of each scenario, one capture per daemon-static arm
-    (datasets/from_matrix.py: the population-on-X reading of those runs)."""
+    (datasets/from_matrix.py: the population-on-X reading of those runs); with --self-play one
+    more per run of the dqn arm.  Converting into an existing corpus adds to it."""
     from .from_matrix import corpus_from_matrix
     from .trace import TraceError
 
     try:
-        corpus_from_matrix(results, out, log=click.echo)
+        corpus_from_matrix(results, out, self_play=self_play, log=click.echo)
     except (TraceError, OSError) as e:
         fail(e)
 

@@ -11,6 +11,20 @@ into captures the replay env (envs/replay.py) reads:
 * one **capture** per arm X: F is the agent, every other bulk flow a competitor (``local``
   when it is on F's client), web-like flows ``observed`` (not in the fairness terms, as in
   the matrix report); the arm is ``{"start": X, "switches": []}``.
+* with ``self_play``, one more capture per run of the ``dqn`` arm (capture name
+  ``selfplay-<policy sha8>--s<seed>``): every managed client ran ccswitchd with that policy,
+  so the other managed flows are the policy itself, deciding on their own and disagreeing
+  at times.  Its arm is ``{"start": CCA at the first decision, "switches": [what the daemon
+  did, from the samples], "policy": {"sha256": ...}}``; the replay treats it as the
+  policy's trace, never as a static counterfactual (envs/replay.py).  This is iterated
+  self-play: capture with the shipped policy on every managed client, retrain, repeat.
+* runs of the ``daemon-deviate-K-X`` arms (testbed/scenario/arms.py: the K-th managed
+  client on X, every other managed client on CUBIC) become the **unilateral** conditions
+  ``S~F.solo`` of the deviating client's bulk flows F: capture X from the deviation run,
+  capture ``cubic`` from the population-on-CUBIC run (everyone on CUBIC is also "nobody
+  deviates"; taken from this corpus or from *results*).  Its counterfactual is "the agent
+  switches, the other daemons do not": the other end of the coordination problem from the
+  population reading, and the states with managed clients on different CCAs.
 
 So the env's counterfactual "the agent runs X from here" is "the managed population runs
 X": the other managed flows moved with the agent because they ran the same daemon and
@@ -27,6 +41,8 @@ lack a CCA.  The conversion is idempotent: a capture that exists is kept.
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -36,12 +52,18 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from .trace import CORPUS_INDEX, MANIFEST, TraceError, read_samples, write_capture
+from ccswitch.testbed.scenario.arms import DEVIATE, DEVIATION_BASE, deviation
 
-__all__ = ["ARM_PREFIX", "MatrixCorpus", "corpus_from_matrix"]
+from .trace import CORPUS_INDEX, MANIFEST, Capture, TraceError, read_samples, write_capture
+
+__all__ = ["ARM_PREFIX", "SELF_PLAY_ARM", "MatrixCorpus", "corpus_from_matrix"]
 
 ARM_PREFIX = "daemon-static-"
 """Matrix arms whose runs become captures: daemon-static-X is the population on X."""
+SELF_PLAY_ARM = "dqn"
+"""The matrix arm whose runs become self-play captures (ccswitchd with a policy file on every managed client)."""
+SOLO_SUFFIX = ".solo"
+"""Condition ids of the unilateral conditions end with it: S~F.solo."""
 _PARAMS = re.compile(r"^# params = (\{.*\})\s*$", re.M)
 
 
@@ -56,6 +78,8 @@ class MatrixCorpus:
     written: int
     incomplete: list[str]
     """Conditions that miss a run of one of the arms (the replay skips them)."""
+    self_play: int = 0
+    """Self-play captures among *captures* (runs of the dqn arm)."""
 
 
 def _scenario_params(run_dir: Path) -> dict[str, Any]:
@@ -74,7 +98,8 @@ def _read_run(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def _capture_manifest(scenario: str, flow: str, cca: str, seed: int, summary: dict[str, Any],
-                      flows: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+                      flows: list[dict[str, Any]], params: dict[str, Any],
+                      arm: dict[str, Any] | None = None) -> dict[str, Any]:
     meta = summary["meta"]
     kinds = {f["name"]: f.get("kind", "bulk") for f in meta["flows"]}
     client_of = {r["flow"]: int(r["client"]) for r in flows}
@@ -94,12 +119,15 @@ def _capture_manifest(scenario: str, flow: str, cca: str, seed: int, summary: di
         "id": f"{scenario}~{flow}--{cca}--s{seed}", "source": "runner",
         "interval_s": float(meta["sample_interval_s"]), "t0_epoch": float(meta["t0_epoch"]),
         "duration_s": float(meta["duration_s"]), "seed": seed,
-        "condition": f"{scenario}~{flow}", "arm": {"start": cca, "switches": []},
+        "condition": f"{scenario}~{flow}", "arm": arm or {"start": cca, "switches": []},
         "link": link,
         "competitors": [{"cca": e["cca"], "local": e["local"], "managed": e["managed"]}
                         for e in entries if e["role"] == "competitor"],
         "flows": entries,
-        "notes": (f"matrix run {ARM_PREFIX}{cca} of scenario {scenario}: every managed client's daemon "
+        "notes": (f"matrix run {SELF_PLAY_ARM} of scenario {scenario}: every managed client's daemon ran "
+                  f"the policy {arm['policy']['sha256'][:8]} (self-play); unmanaged clients kept their CCA"
+                  if arm and "policy" in arm else
+                  f"matrix run {ARM_PREFIX}{cca} of scenario {scenario}: every managed client's daemon "
                   f"put its flows on {cca}; unmanaged clients kept their CCA"),
         "space_params": params,
     }
@@ -117,19 +145,24 @@ def _space_of(results: Path) -> str | None:
 
 
 def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[str] = ("cubic", "bbr", "pcc"),
-                       log: Callable[[str], None] = print) -> MatrixCorpus:
-    """Write a capture per (managed bulk flow, daemon-static arm, seed) of *results* into *out*."""
+                       self_play: bool = False, log: Callable[[str], None] = print) -> MatrixCorpus:
+    """Write a capture per (managed bulk flow, daemon-static arm, seed) of *results* into *out*.
+
+    *self_play*: also one per (managed bulk flow, run of the dqn arm): the policy's own trace."""
     root, dest = Path(results), Path(out)
     if not root.is_dir():
         raise TraceError(f"{root}: no such folder (give the --out folder of `ccswitch testbed matrix run`)")
     dest.mkdir(parents=True, exist_ok=True)
-    scenarios = sorted(p for p in root.iterdir() if p.is_dir() and any((p / f"{ARM_PREFIX}{c}").is_dir()
-                                                                         for c in ccas))
-    written = total = 0
+    arms = {f"{ARM_PREFIX}{c}": c for c in ccas}
+    if self_play:
+        arms[SELF_PLAY_ARM] = None
+    scenarios = sorted(p for p in root.iterdir() if p.is_dir() and any((p / a).is_dir() for a in arms))
+    sha = _policy_sha(root) if self_play else ""
+    written = total = played = 0
     have: dict[str, set[str]] = {}
     for sdir in scenarios:
-        for cca in ccas:
-            for run_dir in sorted((sdir / f"{ARM_PREFIX}{cca}").glob("seed-*")):
+        for arm_dir, cca in arms.items():
+            for run_dir in sorted((sdir / arm_dir).glob("seed-*")):
                 if not (run_dir / "summary.json").is_file():
                     continue  # unfinished or failed: matrix run resumes it
                 seed = int(run_dir.name.removeprefix("seed-"))
@@ -142,22 +175,135 @@ def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[s
                     if int(r["client"]) not in managed or kinds.get(r["flow"]) == "web":
                         continue
                     cond = f"{sdir.name}~{r['flow']}"
-                    have.setdefault(cond, set()).add(cca)
-                    cap = dest / sdir.name / r["flow"] / f"{cca}--s{seed}"
+                    name = f"{cca}--s{seed}" if cca else f"selfplay-{sha[:8]}--s{seed}"
+                    if cca:
+                        have.setdefault(cond, set()).add(cca)
+                    cap = dest / sdir.name / r["flow"] / name
                     total += 1
+                    played += cca is None
                     if (cap / MANIFEST).is_file():
                         continue
                     if samples is None:
                         samples = read_samples(run_dir / "samples.parquet")
-                    write_capture(cap, samples, _capture_manifest(sdir.name, r["flow"], cca, seed, summary,
-                                                                  flows, params))
+                    arm = None if cca else _played_arm(samples, int(r["flow_id"]), summary, sha)
+                    if arm is None and not cca:
+                        log(f"{run_dir}: flow {r['flow']} has no samples; no self-play capture")
+                        total -= 1
+                        played -= 1
+                        continue
+                    write_capture(cap, samples, _capture_manifest(sdir.name, r["flow"], cca or arm["start"], seed,
+                                                                  summary, flows, params, arm))
                     written += 1
+    # after the population captures: a unilateral condition's "nobody deviates" capture is one of them
+    solo_total, solo_written = _deviation_captures(root, dest, have, log) if DEVIATION_BASE in ccas else (0, 0)
+    total, written = total + solo_total, written + solo_written
+    # the index describes the folder, which may hold captures of earlier conversions (e.g. the
+    # static arms' runs, then a self-play pass of a later session): merge with what it says
+    try:
+        before = json.loads((dest / CORPUS_INDEX).read_text())
+    except (OSError, ValueError):
+        before = {}
+    for cond in before.get("conditions", []):
+        have.setdefault(cond, set()).update(() if cond in before.get("incomplete", ()) else before.get("ccas", ()))
     incomplete = sorted(c for c, got in have.items() if set(ccas) - got)
-    space = _space_of(root)
+    sources = before.get("source_results", [])
+    sources = [sources] if isinstance(sources, str) else list(sources)
+    space = _space_of(root) or before.get("space")
+    on_disk = sum(1 for _ in dest.rglob(MANIFEST))
     index = {"format": "ccswitch-corpus", "format_version": 1, "name": dest.name, "backend": "matrix",
-             "source_results": str(root), "space": space, "ccas": list(ccas), "scenarios": len(scenarios),
-             "conditions": sorted(have), "incomplete": incomplete, "captures": total}
+             "source_results": sorted({*sources, str(root)}), "space": space, "ccas": list(ccas),
+             "scenarios": len({c.split("~")[0] for c in have}), "conditions": sorted(have),
+             "incomplete": incomplete, "captures": on_disk}
+    played_total = sum(1 for _ in dest.rglob(f"selfplay-*/{MANIFEST}"))
+    if played_total:
+        policies = {*before.get("self_play", {}).get("policies", []), *([sha] if played else [])}
+        index["self_play"] = {"captures": played_total, "policies": sorted(policies)}
     (dest / CORPUS_INDEX).write_text(json.dumps(index, indent=2) + "\n")
-    log(f"{dest}: {total} captures of {len(have)} conditions from {len(scenarios)} scenarios "
-        f"({written} new; {len(incomplete)} conditions miss an arm)")
-    return MatrixCorpus(dest, len(scenarios), len(have), total, written, incomplete)
+    log(f"{dest}: {total} captures of {len(scenarios)} scenarios in {root} ({written} new"
+        + (f", {played} self-play of policy {sha[:8]}" if self_play else "")
+        + f"); the folder now holds {on_disk} captures of {len(have)} conditions, {len(incomplete)} miss an arm")
+    return MatrixCorpus(dest, len(scenarios), len(have), total, written, incomplete, played)
+
+
+def _deviation_captures(root: Path, dest: Path, have: dict[str, set[str]],
+                        log: Callable[[str], None]) -> tuple[int, int]:
+    """The unilateral conditions S~F.solo from the daemon-deviate runs of *root*: (captures, written)."""
+    total = written = 0
+    for run_dir in sorted(root.glob(f"*/{DEVIATE}-*/seed-*")):
+        dev = deviation(run_dir.parent.name)
+        if dev is None or not (run_dir / "summary.json").is_file():
+            continue  # not a deviation arm, or unfinished: matrix run resumes it
+        k, cca = dev
+        scenario, seed = run_dir.parent.parent.name, int(run_dir.name.removeprefix("seed-"))
+        summary, flows = _read_run(run_dir)
+        kinds = {f["name"]: f.get("kind", "bulk") for f in summary["meta"]["flows"]}
+        managed = set(summary["meta"].get("daemon", {}).get("clients") or [])
+        clients = sorted({int(r["client"]) for r in flows if int(r["client"]) in managed
+                          and kinds.get(r["flow"]) == "bulk"})  # as arms.managed_clients numbers them
+        params = _scenario_params(run_dir)
+        for r in flows:
+            if k > len(clients) or int(r["client"]) != clients[k - 1] or kinds.get(r["flow"]) != "bulk":
+                continue
+            cond = f"{scenario}~{r['flow']}{SOLO_SUFFIX}"
+            folder = dest / scenario / f"{r['flow']}{SOLO_SUFFIX}"
+            arm = {"start": cca, "switches": [], "others": DEVIATION_BASE}
+            # the deviation itself
+            have.setdefault(cond, set()).add(cca)
+            total += 1
+            if not (folder / f"{cca}--s{seed}" / MANIFEST).is_file():
+                man = _capture_manifest(scenario, r["flow"], cca, seed, summary, flows, params, arm)
+                man.update(condition=cond, id=f"{cond}--{cca}--s{seed}",
+                           notes=f"matrix run {run_dir.parent.name} of scenario {scenario}: client "
+                                 f"{clients[k - 1]} on {cca}, every other managed client on {DEVIATION_BASE}; "
+                                 f"unmanaged clients kept their CCA")
+                write_capture(folder / f"{cca}--s{seed}", read_samples(run_dir / "samples.parquet"), man)
+                written += 1
+            # nobody deviates: the population-on-CUBIC capture of the same flow and seed
+            base = dest / scenario / r["flow"] / f"{DEVIATION_BASE}--s{seed}"
+            if not (base / MANIFEST).is_file():
+                continue
+            have[cond].add(DEVIATION_BASE)
+            total += 1
+            if not (folder / f"{DEVIATION_BASE}--s{seed}" / MANIFEST).is_file():
+                src = Capture.open(base)
+                man = {key: v for key, v in src.manifest.items() if key not in ("files", "created", "tools")}
+                man.update(condition=cond, id=f"{cond}--{DEVIATION_BASE}--s{seed}",
+                           arm={"start": DEVIATION_BASE, "switches": [], "others": DEVIATION_BASE})
+                write_capture(folder / f"{DEVIATION_BASE}--s{seed}", src.samples(), man)
+                written += 1
+    if total:
+        log(f"{dest}: {total} unilateral captures ({written} new) from the {DEVIATE} runs of {root}")
+    return total, written
+
+
+def _policy_sha(results: Path) -> str:
+    """sha256 of the policy the dqn arm ran: recorded by the matrix runner, else the file it names now."""
+    try:
+        meta = json.loads((results / "matrix.json").read_text())
+    except (OSError, ValueError):
+        meta = {}
+    if meta.get("policy_sha256"):
+        return str(meta["policy_sha256"])
+    from ccswitch.models.policy import DEFAULT_POLICY
+
+    path = Path(meta["policy_file"]) if meta.get("policy_file") else DEFAULT_POLICY
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as e:
+        raise TraceError(f"{results}/matrix.json: the dqn arm's policy {path} cannot be read ({e.strerror}); "
+                         f"self-play captures are named by it") from None
+
+
+def _played_arm(samples: Any, flow_id: int, summary: dict[str, Any], sha: str) -> dict[str, Any] | None:
+    """The agent's arm in a self-play run: its CCA at the first sample and every change after, as
+    the daemon made them (seconds from the run's t0)."""
+    t0 = float(summary["meta"]["t0_epoch"])
+    rows = sorted((float(ts), c) for f, ts, c in zip(samples.column("flow_id").to_pylist(),
+                                                      samples.column("ts_s").to_pylist(),
+                                                      samples.column("cca").to_pylist(), strict=True)
+                  if f == flow_id and c)
+    if not rows:
+        return None
+    switches = [{"at_s": round(ts - t0, 3), "cca": c, "inherit": None}
+                for (_, prev), (ts, c) in itertools.pairwise(rows) if c != prev]
+    return {"start": rows[0][1], "switches": switches, "policy": {"sha256": sha}}

@@ -145,8 +145,6 @@ class CongestionControlEnv(gym.Env):
         cond = self.replay.conditions[cid]
         cca_name = opts.get("start_cca") or self.start_cca
         a0 = self.actions.index(cca_name) if cca_name else int(rng.integers(len(self.actions)))
-        statics = [j for j, t in enumerate(cond.traces) if t.static and t.start == a0]
-        self._trace = statics[int(rng.integers(len(statics)))] if len(statics) > 1 else statics[0]
         if "start_bin" in opts:
             k0 = int(opts["start_bin"])
             if not cond.first_decision <= k0 < cond.length - 1:
@@ -156,6 +154,11 @@ class CongestionControlEnv(gym.Env):
             k0 = int(rng.integers(cond.first_decision, hi))
         else:
             k0 = cond.first_decision
+        # the episode starts in a static trace of the starting CCA, or in a self-play trace
+        # whose agent runs it at k0 (envs/replay.py): each such trace equally likely
+        starts = [j for j, t in enumerate(cond.traces)
+                  if (t.static and t.start == a0) or (t.self_play and t.cca[k0] == a0)]
+        self._trace = starts[int(rng.integers(len(starts)))] if len(starts) > 1 else starts[0]
         self._cond, self._k, self._steps = cond, k0, 0
         self._hist.clear()
         for k in range(k0 - self.window + 1, k0 + 1):

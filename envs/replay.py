@@ -17,6 +17,12 @@ and chooses CCA a for bin k+1.  Among the traces whose agent ran a in bin k+1:
    "had the flow run a all along" (this misses the transient of a switch, which
    the switching cost of the reward stands for).
 
+A *self-play* trace (manifest arm with ``policy``; datasets/from_matrix.py) is a run in
+which every managed client ran ccswitchd with a policy: the agent stays in it while it
+chooses what that policy chose (rule 1), which is where the states with managed
+clients that disagree come from.  It is never a static counterfactual (rule 3 and the
+episode's start take it only as itself).
+
 Ties are broken by the env's seeded RNG.
 """
 
@@ -60,7 +66,7 @@ class Trace:
     id: str
     seed: int
     static: bool
-    """True for a static arm (no scripted switch)."""
+    """True for a static arm (no scripted switch, not a policy's run)."""
     start: int
     """Action index of the arm's starting CCA (-1: not one of the actions)."""
     first: int
@@ -85,6 +91,8 @@ class Trace:
     utilisation: np.ndarray | None = None
     """float [K]: the active flows' throughput together / the link's rate_mbit (NaN: rate unknown,
     e.g. a trace-driven link); the reward's optional utilisation term."""
+    self_play: bool = False
+    """A run with a policy on every managed client (the arm's ``policy``), not a scripted arm."""
 
 
 @dataclass
@@ -371,11 +379,11 @@ def _load_trace(cap: Capture, aidx: dict[str, int]) -> Trace | None:
             thratio[k] = thr[ai, k] / mo if mo > 0 else np.inf
     arm = m.get("arm") or {}
     return Trace(
-        id=cap.id, seed=int(m.get("seed", 0) or 0), static=not arm.get("switches"),
+        id=cap.id, seed=int(m.get("seed", 0) or 0), static=not arm.get("switches") and "policy" not in arm,
         start=aidx.get(str(arm.get("start")), -1), first=int(np.argmax(a.present)),
         cca=cca, raw=raw,
         throughput_mbps=np.nan_to_num(cols["throughput_bps"], nan=0.0) / 1e6,
         rtt_ms=cols["rtt_us"] / 1e3, loss=np.nan_to_num(cols["loss_rate"], nan=0.0),
         context=context, jain=jain, thratio=thratio, n_flows=n_flows, min_share=min_share,
-        utilisation=utilisation,
+        utilisation=utilisation, self_play="policy" in arm,
     )

@@ -187,7 +187,8 @@ def plot(data: dict[str, dict[str, dict[str, dict[str, Any]]]], cols: Sequence[t
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    # one panel above the other: each (queue, host) column gets ~1 inch for its two-line label
+    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 1.0 * len(cols)), 8.5))
     for ax, key, label in ((axes[0], "min_share", "min share (last half)"),
                            (axes[1], "sojourn_p99_ms", "router queue sojourn p99 (ms)")):
         for i, (q, a) in enumerate(cols):
@@ -197,7 +198,7 @@ def plot(data: dict[str, dict[str, dict[str, dict[str, Any]]]], cols: Sequence[t
                        color=f"C{list(QUEUES).index(q)}")
             ax.hlines(_median(ys), i - 0.3, i + 0.3, color="k", linewidth=1.5)
         ax.set_xticks(range(len(cols)), [f"{q}\n{'ccswitchd' if a == 'dqn' else 'static'}" for q, a in cols],
-                      fontsize=8)
+                      fontsize=9)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0].axhline(0.8, color="r", linestyle=":", linewidth=1)

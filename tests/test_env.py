@@ -305,3 +305,50 @@ def test_several_corpus_folders_read_as_one(corpus_dir: Path, tmp_path: Path) ->
     assert both.sources == [str(a), str(b)]
     with pytest.raises(TraceError, match="in both"):
         ReplayCorpus.load([corpus_dir, a])
+
+
+def test_self_play_trace_is_the_policy_not_a_counterfactual(corpus_dir: Path, tmp_path: Path) -> None:
+    """A self-play capture (datasets/from_matrix.py, a run with the policy on every managed client):
+    the agent stays in it while it does what the policy did, it can start an episode, and it is
+    never taken as "had the flow run X all along" (the static arms are)."""
+    import json
+    import shutil
+
+    from ccswitch.datasets.from_matrix import _played_arm
+    from ccswitch.datasets.trace import Capture
+
+    src = next(c for c in find_captures(corpus_dir) if c.manifest["arm"] == {"start": "cubic", "switches": []})
+    dst = tmp_path / "corpus"
+    shutil.copytree(corpus_dir, dst)
+    sp = dst / src.path.relative_to(corpus_dir).parent / "selfplay-feedbeef--s1"
+    shutil.copytree(src.path, sp)
+    man = json.loads((sp / "manifest.json").read_text())
+    # the arm as from_matrix derives it from the samples: no CCA change -> no switch, still the policy's
+    arm = _played_arm(Capture(sp, man).samples(), int(src.agent_flow()["flow_id"]),
+                      {"meta": {"t0_epoch": man["t0_epoch"]}}, "feedbeef" * 8)
+    assert arm == {"start": "cubic", "switches": [], "policy": {"sha256": "feedbeef" * 8}}
+    man.update(id=man["id"] + "-selfplay", arm=arm)
+    (sp / "manifest.json").write_text(json.dumps(man))
+    replay = ReplayCorpus.load(dst)
+    cond = replay.conditions[src.condition]
+    played = [j for j, t in enumerate(cond.traces) if t.self_play]
+    assert len(played) == 1 and not cond.traces[played[0]].static
+    assert cond.static_trace(0) != played[0] and cond.static_trace(0) is not None
+    # episodes starting on cubic begin in the static cubic trace or the self-play one, both seen
+    env = make_env(replay, start="first")
+    seen = {env.reset(seed=s, options={"condition": cond.id, "start_cca": "cubic"})[1]["trace"] for s in range(12)}
+    assert seen == {cond.traces[played[0]].id, cond.traces[cond.static_trace(0)].id}
+    # a bbr start never begins in it (its agent runs cubic)
+    for s in range(6):
+        assert env.reset(seed=s, options={"condition": cond.id, "start_cca": "bbr"})[1]["trace"] != cond.traces[
+            played[0]].id
+    # doing what the policy did keeps the agent in its run; moving to bbr leaves it for a bbr trace
+    for s in range(12):
+        _, info = env.reset(seed=s, options={"condition": cond.id, "start_cca": "cubic"})
+        if info["trace"] == cond.traces[played[0]].id:
+            break
+    _, _, _, _, info = env.step(0)
+    assert info["trace"] == cond.traces[played[0]].id
+    _, _, _, _, info = env.step(1)
+    assert info["trace"] != cond.traces[played[0]].id and not cond.traces[
+        [t.id for t in cond.traces].index(info["trace"])].self_play

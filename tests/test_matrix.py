@@ -69,6 +69,19 @@ def test_plan_checks_arms_and_folder(tmp_path: Path) -> None:
     assert len(tasks) == 2 * 2 * 2 and len({t.key for t in tasks}) == 8
     with pytest.raises(ValueError, match="unknown arm 'dqnn'"):
         plan(d, ["dqnn"], 1)
+    # the deviation arms: only for the managed clients a scenario has (2 here), one client off CUBIC
+    dev = plan(d, ["daemon-deviate"], 1)
+    assert sorted({t.arm for t in dev}) == [f"daemon-deviate-{k}-{x}" for k in (1, 2) for x in ("bbr", "pcc")]
+    assert len(dev) == 2 * 2 * 2
+    from ccswitch.testbed.scenario import load_scenario
+    from ccswitch.testbed.scenario.arms import arm_scenario
+    from ccswitch.testbed.scenario.daemon_config import daemon_config
+
+    sc = arm_scenario(load_scenario(d / "tiny-0.toml"), "daemon-deviate-2-pcc")
+    assert [daemon_config(sc.daemon, [f for f in sc.flows if f.client == c])["policy"]["static_cca"]
+            for c in (1, 2)] == ["cubic", "pcc"]
+    with pytest.raises(ValueError, match="has 2 managed clients"):
+        arm_scenario(load_scenario(d / "tiny-0.toml"), "daemon-deviate-3-bbr")
     with pytest.raises(MatrixError, match="no such folder"):
         plan(tmp_path / "nope", ["static"], 1)
     with pytest.raises(MatrixError, match=r"no \*\.toml"):
@@ -138,38 +151,47 @@ def test_report_statistics_on_synthetic_results(tmp_path: Path) -> None:
 @pytest.mark.kernel
 @pytest.mark.slow
 def test_local_matrix_runs_resumes_and_reports_failures(tmp_path: Path, require) -> None:
-    """Two tiny scenarios x (static, daemon-static-bbr), 1 seed, for real: every run finishes
-    with metrics; a second invocation repeats nothing; a run that cannot finish within its
-    bound is one FAILED line naming its log, the others still run, no namespace is left."""
+    """Two tiny scenarios x (daemon-static-cubic, daemon-deviate-2-bbr), 1 seed, for real: every
+    run finishes with metrics; a second invocation repeats nothing; the runs become a replay
+    corpus (population and unilateral conditions); a run that cannot finish within its bound
+    is one FAILED line naming its log, the others still run, no namespace is left."""
     require(LINKEMU.is_file(), f"linkemu is not built ({LINKEMU}); run scripts/setup.sh")
     d = _folder(tmp_path)
     res = tmp_path / "res"
+    arms = ["daemon-static-cubic", "daemon-deviate-2-bbr"]
     before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-    out = run_matrix(d, ["static", "daemon-static-bbr"], 1, res, progress=False, timeout_s=120)
+    out = run_matrix(d, arms, 1, res, progress=False, timeout_s=120)
     assert len(out) == 4 and all(o.ok for o in out), [o.error for o in out]
     for o in out:
         assert finished(o.task.run_dir(res)) and o.task.log_path(res).is_file()
-    bbr = json.loads((res / "tiny-0" / "daemon-static-bbr" / "seed-1" / "summary.json").read_text())
-    assert bbr["meta"]["daemon"]["policy"] == "static" and bbr["meta"]["daemon"]["cca"] == "bbr"
-    assert run_matrix(d, ["static", "daemon-static-bbr"], 1, res, progress=False) == []
-    # the same runs as a replay corpus (datasets/from_matrix.py): one condition per managed flow
+    cubic = json.loads((res / "tiny-0" / "daemon-static-cubic" / "seed-1" / "summary.json").read_text())
+    assert cubic["meta"]["daemon"]["policy"] == "static" and cubic["meta"]["daemon"]["cca"] == "cubic"
+    assert run_matrix(d, arms, 1, res, progress=False) == []
+    # the same runs as a replay corpus (datasets/from_matrix.py): one condition per managed flow,
+    # and one unilateral condition per flow of the deviating client (C2 on bbr, C1 kept on cubic)
     from ccswitch.datasets.from_matrix import corpus_from_matrix
     from ccswitch.datasets.trace import find_captures
 
-    mc = corpus_from_matrix(res, tmp_path / "corpus", ccas=("bbr",), log=lambda m: None)
-    assert (mc.scenarios, mc.conditions, mc.captures, mc.incomplete) == (2, 4, 4, [])
+    mc = corpus_from_matrix(res, tmp_path / "corpus", ccas=("cubic",), log=lambda m: None)
+    assert (mc.scenarios, mc.conditions, mc.captures, mc.incomplete) == (2, 6, 8, [])
     caps = find_captures(tmp_path / "corpus")
-    assert sorted(c.condition for c in caps) == ["tiny-0~C1", "tiny-0~C2", "tiny-1~C1", "tiny-1~C2"]
+    assert sorted({c.condition for c in caps}) == ["tiny-0~C1", "tiny-0~C2", "tiny-0~C2.solo", "tiny-1~C1",
+                                                    "tiny-1~C2", "tiny-1~C2.solo"]
     for c in caps:
         c.validate()
         agent = c.agent_flow()
-        assert agent is not None and agent["name"] == c.condition.split("~")[1]
+        assert agent is not None and agent["name"] == c.condition.split("~")[1].removesuffix(".solo")
         assert [f["role"] for f in c.flows].count("competitor") == 1 and not any(f["local"] for f in c.flows
                                                                                   if f["role"] != "agent")
-        assert c.manifest["arm"] == {"start": "bbr", "switches": []}
-        ccas = [r["cca"] for r in c.samples().to_pylist() if r["flow_id"] == agent["flow_id"]]
-        assert ccas[-1] == "bbr"  # the daemon moved C1 off cubic
-    assert corpus_from_matrix(res, tmp_path / "corpus", ccas=("bbr",), log=lambda m: None).written == 0
+        ccas = {r["flow_id"]: r["cca"] for r in c.samples().to_pylist()}  # each flow's last CCA
+        other = next(f["flow_id"] for f in c.flows if f["role"] == "competitor")
+        if c.condition.endswith(".solo"):
+            assert c.manifest["arm"]["others"] == "cubic" and c.manifest["arm"]["start"] in ("cubic", "bbr")
+            assert ccas[agent["flow_id"]] == c.manifest["arm"]["start"] and ccas[other] == "cubic"
+        else:
+            assert c.manifest["arm"] == {"start": "cubic", "switches": []}
+            assert ccas[agent["flow_id"]] == ccas[other] == "cubic"  # the daemon moved C2 off bbr
+    assert corpus_from_matrix(res, tmp_path / "corpus", ccas=("cubic",), log=lambda m: None).written == 0
     # a second seed with a bound too short for any run: every run fails, one line each, no leftovers
     res2 = tmp_path / "res2"
     out2 = run_matrix(d, ["static"], 1, res2, progress=False, timeout_s=3)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ccswitch.datasets.card import card_stats, render_card
@@ -32,6 +33,11 @@ def captures() -> list:
     return find_captures(SPACE_CORPUS)
 
 
+@pytest.fixture(scope="module")
+def replay() -> ReplayCorpus:
+    return ReplayCorpus.load(SPACE_CORPUS, log=lambda m: None)
+
+
 def test_every_capture_comes_from_the_train_split(captures: list) -> None:
     shares = load_space(SPACE).splits
     held = {p.stem for split in ("dev", "test") for p in (REPO / "testbed/scenarios/matrix" / split).glob("*.toml")}
@@ -47,8 +53,7 @@ def test_every_capture_comes_from_the_train_split(captures: list) -> None:
     assert len(scenarios) >= 50
 
 
-def test_replayable_with_every_cca_per_condition(captures: list) -> None:
-    replay = ReplayCorpus.load(SPACE_CORPUS, log=lambda m: None)
+def test_replayable_with_every_cca_per_condition(captures: list, replay: ReplayCorpus) -> None:
     assert len(replay.conditions) >= MIN_CONDITIONS
     for cond in replay.conditions.values():
         assert {t.start for t in cond.traces if t.static} == {0, 1, 2}
@@ -59,9 +64,26 @@ def test_replayable_with_every_cca_per_condition(captures: list) -> None:
     assert kinds == {True, False}
 
 
-def test_card_matches_the_data() -> None:
+def test_card_matches_the_data(replay: ReplayCorpus) -> None:
     tpl = REPO / "datasets" / "specs" / "space.card.md"
-    want = render_card(tpl.read_text(), card_stats(SPACE_CORPUS))
+    want = render_card(tpl.read_text(), card_stats(SPACE_CORPUS, replay))
     assert (SPACE_CORPUS / "README.md").read_text() == want, "regenerate: ccswitch dataset card datasets/space"
     index = json.loads((SPACE_CORPUS / "corpus.json").read_text())
     assert index["backend"] == "matrix" and index["ccas"] == ["cubic", "bbr", "pcc"]
+
+
+def test_ceiling_of_one_cca_per_condition(replay: ReplayCorpus) -> None:
+    """models/ceiling.py: the hindsight choice bounds every fixed choice and every learned one,
+    and the cross-validated classifier only ever picks an arm's real outcome."""
+    from ccswitch.models.ceiling import cross_validated_choice, outcomes
+
+    o = outcomes(replay)
+    assert len(o.ids) >= MIN_CONDITIONS and o.static.shape == (len(o.ids), 3)
+    best = o.static.max(1)
+    assert all(best.mean() >= o.static[:, a].mean() for a in range(3))
+    got = cross_validated_choice(o.context, o)
+    assert np.all((got >= o.static.min(1) - 1e-12) & (got <= best + 1e-12))
+    # every scenario's conditions share its outcome (min share is a property of the whole run)
+    for g in set(o.groups):
+        rows = o.static[o.groups == g]
+        assert np.allclose(rows, rows[0], atol=0.05), g

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -41,7 +42,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..scenario.arms import arm_scenario, check_arms, guard_setting
+from ..scenario.arms import arm_applies, arm_scenario, check_arms, guard_setting
 from ..scenario.daemon_config import check_settings, effective_guard
 from ..scenario.model import DaemonSettings
 
@@ -118,7 +119,7 @@ def plan(folder: Path, arms: Sequence[str], seeds: int, *, scenarios: Sequence[s
         if scenarios and sc.name not in scenarios:
             continue
         for seed in range(1, seeds + 1):
-            tasks += [Task(sc.name, f.resolve(), arm, seed) for arm in arms]
+            tasks += [Task(sc.name, f.resolve(), arm, seed) for arm in arms if arm_applies(sc, arm)]
     return tasks
 
 
@@ -302,6 +303,14 @@ def check_same_guard(results: Path, guard: Sequence[str], effective: dict[str, A
                           f"resume with the same settings or use another --out")
 
 
+def _policy_digest(policy_file: Path | None) -> str:
+    """sha256 of the policy file the dqn arm runs (the shipped one without --policy-file): names
+    the self-play captures made from these runs (datasets/from_matrix.py)."""
+    from ccswitch.models.policy import DEFAULT_POLICY
+
+    return hashlib.sha256((policy_file or DEFAULT_POLICY).read_bytes()).hexdigest()
+
+
 def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, jobs: int = 1,
                timeout_s: float = DEFAULT_TIMEOUT_S, policy_file: Path | None = None,
                scenarios: Sequence[str] = (), ray_address: str | None = None, runs_per_node: int | None = None,
@@ -329,7 +338,8 @@ def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, 
     check_same_guard(results, guard, effective)
     (results / "matrix.json").write_text(json.dumps({
         "scenarios": str(folder.resolve()), "arms": list(check_arms(arms)), "seeds": seeds,
-        "policy_file": str(policy_file.resolve()) if policy_file else None, "guard": guard,
+        "policy_file": str(policy_file.resolve()) if policy_file else None,
+        "policy_sha256": _policy_digest(policy_file) if "dqn" in arms else None, "guard": guard,
         "guard_effective": effective}, indent=2) + "\n")
     todo = [t for t in tasks if not finished(t.run_dir(results))]
     prog = MatrixProgress(len(tasks), len(tasks) - len(todo), enabled=progress)

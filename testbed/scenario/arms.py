@@ -6,6 +6,12 @@
     heuristic           ccswitchd with paper 002's evaluation function
     daemon-static-CCA   ccswitchd with policy "static": every managed flow put on CCA
                         (what a policy that always picks CCA would reach)
+    daemon-deviate-K-CCA  the same with every managed flow on CUBIC except those of the
+                        K-th managed client (by client number), put on CCA (bbr or pcc):
+                        one client deviating alone, for the unilateral counterfactuals of
+                        the training corpus (datasets/from_matrix.py); ``daemon-deviate``
+                        stands for all of them, and a scenario with fewer than K managed
+                        clients has no such run
 
 Part of the scenario contract: an arm turns a :class:`Scenario` into another
 one; the runner and the reports only see scenarios.
@@ -13,6 +19,7 @@ one; the runner and the reports only see scenarios.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Sequence
 from dataclasses import replace
@@ -23,16 +30,47 @@ from .model import DaemonSettings, Scenario
 
 ARMS = ("static", "dqn", "heuristic", "daemon-static-cubic", "daemon-static-bbr", "daemon-static-pcc")
 DEFAULT_ARMS = ("static", "dqn")
+DEVIATE = "daemon-deviate"
+DEVIATION_BASE = "cubic"
+"""The CCA of the managed clients that do not deviate (the shipped policy's usual choice)."""
+DEVIATIONS = ("bbr", "pcc")
+MAX_CLIENTS = 6
+"""The scenario space's most clients (testbed/scenarios/space.toml)."""
+DEVIATE_ARMS = tuple(f"{DEVIATE}-{k}-{x}" for k in range(1, MAX_CLIENTS + 1) for x in DEVIATIONS)
+_DEVIATE = re.compile(rf"^{DEVIATE}-(\d+)-({'|'.join(DEVIATIONS)})$")
+
+
+def deviation(arm: str) -> tuple[int, str] | None:
+    """(K, CCA) of a daemon-deviate-K-CCA arm, else None."""
+    m = _DEVIATE.match(arm)
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
+def managed_clients(sc: Scenario) -> list[int]:
+    """Clients with a bulk flow whose daemon the arms control, by number (none without a [daemon] table)."""
+    if sc.daemon is None:
+        return []
+    return sorted({f.client for f in sc.flows if f.kind == "bulk" and sc.daemon.runs_on(f.client)})
+
+
+def arm_applies(sc: Scenario, arm: str) -> bool:
+    """False for a deviation of a K-th managed client *sc* does not have."""
+    dev = deviation(arm)
+    return dev is None or dev[0] <= len(managed_clients(sc))
 
 
 def check_arms(arms: Sequence[str]) -> list[str]:
     """*arms* as given, or ValueError naming the first unknown one and the choices."""
-    out = [a.strip() for a in arms if a.strip()]
-    for a in out:
-        if a not in ARMS:
-            raise ValueError(f"unknown arm {a!r} (use {', '.join(ARMS)})")
+    out: list[str] = []
+    for a in (a.strip() for a in arms if a.strip()):
+        if a == DEVIATE:
+            out += DEVIATE_ARMS
+        elif a in ARMS or deviation(a):
+            out.append(a)
+        else:
+            raise ValueError(f"unknown arm {a!r} (use {', '.join(ARMS)}, {DEVIATE}[-K-CCA])")
     if not out:
-        raise ValueError(f"no arm given (use {', '.join(ARMS)})")
+        raise ValueError(f"no arm given (use {', '.join(ARMS)}, {DEVIATE}[-K-CCA])")
     return out
 
 
@@ -48,6 +86,12 @@ def arm_scenario(sc: Scenario, arm: str, policy_file: Path | None = None,
     if guard:
         keys = {k for k, _ in guard}
         base = replace(base, guard=tuple((k, v) for k, v in base.guard if k not in keys) + tuple(guard))
+    if dev := deviation(arm):
+        clients = managed_clients(replace(sc, daemon=base))
+        if dev[0] > len(clients):
+            raise ValueError(f"arm {arm}: scenario {sc.name} has {len(clients)} managed clients")
+        return replace(sc, daemon=replace(base, policy="static", cca=DEVIATION_BASE,
+                                          cca_by_client=((clients[dev[0] - 1], dev[1]),), policy_file=None))
     if arm.startswith("daemon-static-"):
         return replace(sc, daemon=replace(base, policy="static", cca=arm.removeprefix("daemon-static-"),
                                           policy_file=None))

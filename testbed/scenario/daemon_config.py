@@ -23,7 +23,8 @@ def daemon_config(settings: DaemonSettings, flows: Sequence[Flow]) -> dict[str, 
     """
     policy: dict[str, Any] = {"kind": settings.policy}
     if settings.policy == "static":
-        policy["static_cca"] = settings.cca
+        own = dict(settings.cca_by_client).get(flows[0].client) if flows else None
+        policy["static_cca"] = own or settings.cca
     if settings.policy_file is not None:
         policy["file"] = str(settings.policy_file)
     cfg: dict[str, Any] = {

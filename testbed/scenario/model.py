@@ -246,6 +246,8 @@ class DaemonSettings:
     inherit: str = "limited"
     cca: str | None = None
     """The choice of ``policy = "static"``."""
+    cca_by_client: tuple[tuple[int, str], ...] = ()
+    """``policy = "static"``: these (client, CCA) pairs instead of ``cca`` (the deviation arms)."""
     clients: tuple[int, ...] = ()
     """Clients running the daemon; empty: every client with a flow."""
     guard: tuple[tuple[str, Any], ...] = ()

@@ -1,0 +1,169 @@
+"""What choosing one CCA per condition can reach on a replay corpus: the data's ceiling.
+
+    python -m ccswitch.models.ceiling --data datasets/space
+
+The space corpus's counterfactual is "every managed flow of the scenario runs X"
+(datasets/from_matrix.py), so a policy trained on it can at best learn, per condition,
+which X to put the managed population on.  This module measures how much that choice is
+worth and how much of it the observations reveal, before any DQN is trained:
+
+* per condition, the last-half mean min share (the smallest active flow's throughput /
+  the mean; the matrix targets' worst-flow term) of each static arm, of the best one in
+  hindsight, and of the self-play run when the corpus has one (what the policy the
+  captures ran actually got);
+* a multinomial logistic classifier, fitted on the agent's first OBS_BINS observations
+  under one starting CCA (the BASE_FEATURES and local.* context, averaged), that picks
+  the arm; scored by the min share of the arm it picks on held-out conditions
+  (FOLDS-fold cross-validation grouped by scenario, as envs/replay.py splits);
+* the same classifier given the scenario's parameters (rate, RTT, queue, loss, WiFi and
+  the unmanaged competitors' CCAs: what a daemon cannot see), an upper reference for
+  features that reveal competition.
+
+A linear classifier is the right probe here: with ~60 scenarios, anything the DQN could
+exploit and a linear read of the same inputs misses would be hard to tell from noise.
+numpy only (no TensorFlow); ~10 s on the space corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ccswitch.envs.replay import Condition, ReplayCorpus
+
+OBS_BINS = 5
+"""Decision intervals after the first decision whose observations the classifier sees."""
+FOLDS = 5
+L2 = 1e-2
+"""Ridge penalty of the classifier (standardised inputs)."""
+ITERATIONS = 3000
+LEARNING_RATE = 0.1
+SEED = 0
+"""Seed of the scenario-to-fold assignment."""
+
+
+@dataclass
+class Outcomes:
+    ids: list[str]
+    groups: np.ndarray
+    """Scenario of each condition (cross-validation keeps a scenario's conditions together)."""
+    static: np.ndarray
+    """float [N, A]: last-half mean min share with the managed population on each arm."""
+    self_play: np.ndarray
+    """float [N]: the same for the condition's self-play run (NaN: none)."""
+    observed: np.ndarray
+    """float [A, N, F]: the agent's early observation under each starting arm."""
+    context: np.ndarray
+    """float [N, C]: the scenario's parameters (not observable by a daemon)."""
+
+
+def last_half(c: Condition, j: int) -> float:
+    return float(np.nanmean(c.traces[j].min_share[c.length // 2:c.length]))
+
+
+def early_observation(c: Condition, j: int) -> np.ndarray:
+    t = c.traces[j]
+    sl = slice(c.first_decision, min(c.first_decision + OBS_BINS, c.length))
+    return np.nan_to_num(np.r_[np.nanmean(t.raw[sl], axis=0), np.nanmean(t.context[sl], axis=0)])
+
+
+def scenario_context(c: Condition) -> list[float]:
+    link, queue = c.link, c.link.get("queue") or {}
+    unmanaged = [x.get("cca") for x in c.competitors if not x.get("managed")]
+    return [math.log(link.get("rate_mbit") or 50.0), math.log(link.get("rtt_base_ms") or 20.0),
+            float(queue.get("bdp") or 1.0), float(queue.get("kind") == "codel"),
+            float(queue.get("kind") == "dualpi2"), float((link.get("loss") or {}).get("kind", "none") != "none"),
+            float(link.get("wifi", "none") != "none"),
+            *(float(unmanaged.count(k)) for k in ("cubic", "bbr", "pcc", "reno")),
+            float(sum(1 for x in c.competitors if x.get("managed")))]
+
+
+def outcomes(replay: ReplayCorpus) -> Outcomes:
+    n_act = len(replay.actions)
+    ids, static, played, obs, ctx = [], [], [], [], []
+    for cid, c in sorted(replay.conditions.items()):
+        js = [c.static_trace(a) for a in range(n_act)]
+        if any(j is None for j in js):
+            continue
+        sp = [j for j, t in enumerate(c.traces) if t.self_play]
+        ids.append(cid)
+        static.append([last_half(c, j) for j in js])
+        played.append(np.mean([last_half(c, j) for j in sp]) if sp else math.nan)
+        obs.append([early_observation(c, j) for j in js])
+        ctx.append(scenario_context(c))
+    return Outcomes(ids, np.array([i.split("~")[0] for i in ids]), np.array(static), np.array(played),
+                    np.array(obs).transpose(1, 0, 2), np.array(ctx))
+
+
+def fit_softmax(x: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    mu, sd = x.mean(0), x.std(0) + 1e-6
+    xs = np.c_[(x - mu) / sd, np.ones(len(x))]
+    w = np.zeros((xs.shape[1], n_classes))
+    onehot = np.eye(n_classes)[y]
+    for _ in range(ITERATIONS):
+        z = xs @ w
+        p = np.exp(z - z.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        w -= LEARNING_RATE * (xs.T @ (p - onehot) / len(xs) + L2 * w)
+    return mu, sd, w
+
+
+def predict(model: tuple[np.ndarray, np.ndarray, np.ndarray], x: np.ndarray) -> np.ndarray:
+    mu, sd, w = model
+    return (np.c_[(x - mu) / sd, np.ones(len(x))] @ w).argmax(1)
+
+
+def cross_validated_choice(x: np.ndarray, o: Outcomes) -> np.ndarray:
+    """Min share of the arm the classifier picks for each condition, fitted without its scenario."""
+    best = o.static.argmax(1)
+    scenarios = np.random.default_rng(SEED).permutation(sorted(set(o.groups)))
+    fold_of = {g: i % FOLDS for i, g in enumerate(scenarios)}
+    folds = np.array([fold_of[g] for g in o.groups])
+    got = np.empty(len(o.ids))
+    for f in range(FOLDS):
+        tr, te = folds != f, folds == f
+        pick = predict(fit_softmax(x[tr], best[tr], o.static.shape[1]), x[te])
+        got[te] = o.static[te][np.arange(te.sum()), pick]
+    return got
+
+
+def report(replay: ReplayCorpus) -> str:
+    o = outcomes(replay)
+    acts = replay.actions
+    n = len(o.ids)
+    rows = [(f"always {a}", o.static[:, i]) for i, a in enumerate(acts)]
+    rows.append(("best arm in hindsight (per condition)", o.static.max(1)))
+    for i, a in enumerate(acts):
+        rows.append((f"classifier on the flow's first {OBS_BINS} s under {a}",
+                     cross_validated_choice(o.observed[i], o)))
+    rows.append(("classifier on the scenario's parameters (not observable)", cross_validated_choice(o.context, o)))
+    with_sp = ~np.isnan(o.self_play)
+    lines = [f"Corpus {replay.source}: {n} conditions of {len(set(o.groups))} scenarios; best arm per condition "
+             + ", ".join(f"{a} {int((o.static.argmax(1) == i).sum())}" for i, a in enumerate(acts)) + ".", "",
+             "| choice of the managed population's CCA | mean last-half min share | conditions >= 0.8 |",
+             "|---|---:|---:|"]
+    lines += [f"| {name} | {v.mean():.3f} | {int((v >= 0.8).sum())} of {n} |" for name, v in rows]
+    if with_sp.any():
+        m = with_sp.sum()
+        lines += ["", f"Self-play runs (the policy on every managed client) in {m} conditions: mean min share "
+                  f"{o.self_play[with_sp].mean():.3f} (>= 0.8 in {int((o.self_play[with_sp] >= 0.8).sum())}); "
+                  f"in the same conditions always {acts[0]} {o.static[with_sp, 0].mean():.3f}, best arm "
+                  f"{o.static[with_sp].max(1).mean():.3f}."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ccswitch.models.ceiling", description=__doc__.split("\n")[0])
+    ap.add_argument("--data", action="append", help="corpus folder (repeatable; default: datasets/space)")
+    args = ap.parse_args(argv)
+    replay = ReplayCorpus.load(args.data or "datasets/space", log=lambda m: None)
+    print(report(replay))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
