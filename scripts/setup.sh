@@ -10,12 +10,16 @@
 #   4. `make -C bpf`;
 #   5. `cargo build --release --manifest-path testbed/linkemu/Cargo.toml` (the link
 #      emulator) whenever its sources changed since the last build (skipped, with a
-#      note, when cargo is not installed).
+#      note, when cargo is not installed); it needs only cargo, so it runs in the
+#      background while steps 3-4 install Python and build the BPF objects.
 #
 # A re-run with nothing to do prints nothing.  Environment knobs:
 #   PYTHON=/path/to/python3   interpreter for the venv (default: first of python3,
 #                             python3.13, python3.12, python3.11 that is >= 3.11)
 #   CCSWITCH_SKIP_APT=1       never call apt-get (only report what is missing)
+#   CCSWITCH_PREBUILD_TESTS=1 also compile linkemu's cargo test binary in that background
+#                             job (scripts/test.sh sets it: the compile, ~1-2 min on 2 cores,
+#                             then overlaps the pip install instead of running inside the suite)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -254,10 +258,19 @@ build_linkemu() {
     touch "$stamp"
 }
 
+prebuild_linkemu_tests() {
+    [ "${CCSWITCH_PREBUILD_TESTS:-0}" = 1 ] && [ -f "$REPO/testbed/linkemu/Cargo.toml" ] && have cargo || return 0
+    cargo test --no-run --quiet --manifest-path "$REPO/testbed/linkemu/Cargo.toml" 2>/dev/null \
+        || die "cargo test --no-run of testbed/linkemu failed (run it by hand to see why)"
+}
+
 install_packages
 find_bpftool || true
 mount_bpffs
+# linkemu needs only cargo: build it while pip installs (a failure is reported after the wait)
+( build_linkemu && prebuild_linkemu_tests ) &
+linkemu_job=$!
 ensure_venv
 ensure_install
 build_bpf
-build_linkemu
+wait "$linkemu_job" || die "building testbed/linkemu failed (message above)"

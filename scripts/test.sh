@@ -7,7 +7,7 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 
-bash "$REPO/scripts/setup.sh"
+CCSWITCH_PREBUILD_TESTS=1 bash "$REPO/scripts/setup.sh"
 
 status=0
 echo "ccswitch test: ruff check ."
