@@ -27,6 +27,7 @@ Keys (all measured, none typed in):
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .trace import MANIFEST, SAMPLES, TraceError, find_captures
+from .trace import CORPUS_INDEX, MANIFEST, SAMPLES, TraceError, find_captures
 
 if TYPE_CHECKING:
     from ccswitch.envs.replay import ReplayCorpus
@@ -97,7 +98,10 @@ def card_stats(corpus: str | Path, replay: ReplayCorpus | None = None) -> dict[s
             ts = t.column("ts_s").to_numpy()[t.column("flow_id").to_numpy() == int(agent["flow_id"])]
             if not len(ts) or ts.min() - float(t0) > LATE_AFTER * c.interval_s:
                 late += 1
-    table, heldout = _condition_table(root, replay)
+    # an extension corpus (from-matrix --extends) is read with the corpus it extends, and its
+    # table lists the conditions it adds to or creates
+    own = {c.condition for c in caps if c.condition}
+    table, heldout = _condition_table(root, replay or _load_with_base(root), own)
     played = [c for c in caps if "policy" in (c.manifest.get("arm") or {})]
     policies = sorted({c.manifest["arm"]["policy"].get("sha256", "?")[:8] for c in played})
     return {
@@ -111,18 +115,28 @@ def card_stats(corpus: str | Path, replay: ReplayCorpus | None = None) -> dict[s
     }
 
 
-def _condition_table(root: Path, replay: ReplayCorpus | None) -> tuple[str, list[str]]:
-    from ccswitch.envs.replay import ReplayCorpus, split_conditions
+def _load_with_base(root: Path) -> ReplayCorpus:
+    """*root* as the replay reads it: with the corpus it extends (a sibling folder), if any."""
+    from ccswitch.envs.replay import ReplayCorpus
+
+    try:
+        extends = json.loads((root / CORPUS_INDEX).read_text()).get("extends")
+    except (OSError, ValueError):
+        extends = None
+    return ReplayCorpus.load([root.parent / extends, root] if extends else root, log=lambda m: None)
+
+
+def _condition_table(root: Path, replay: ReplayCorpus, own: set[str]) -> tuple[str, list[str]]:
+    from ccswitch.envs.replay import split_conditions
     from ccswitch.envs.reward import RewardConfig, reward
 
-    replay = replay or ReplayCorpus.load(root, log=lambda m: None)
     cfg = RewardConfig()
     _, heldout = split_conditions(replay.ids(), HELDOUT_FRACTION)
     head = ["condition", *replay.actions, "best"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines.insert(0, "Each cell: throughput Mbit/s / RTT ms / loss % / Jain / reward per interval. "
                     "*Held out*: in the default test split.\n")
-    for cid in replay.ids():
+    for cid in (c for c in replay.ids() if c in own):
         cond = replay.conditions[cid]
         cells, best, best_r = [], "", -math.inf
         k0 = replay.warmup_bins
@@ -145,7 +159,7 @@ def _condition_table(root: Path, replay: ReplayCorpus | None) -> tuple[str, list
         lines.append("| " + " | ".join([label, *cells, f"**{best}**"]) + " |")
     wins = {a: sum(1 for line in lines if line.endswith(f"**{a}** |")) for a in replay.actions}
     lines.append("\nBest static CCA per condition: " + ", ".join(f"{a} {n}" for a, n in wins.items()) + ".")
-    return "\n".join(lines), heldout
+    return "\n".join(lines), [h for h in heldout if h in own]
 
 
 def render_card(template: str, stats: Mapping[str, Any], where: str = "card template") -> str:

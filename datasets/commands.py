@@ -241,17 +241,20 @@ def synthetic_cmd(out: str, conditions: int, duration: int, seed: int) -> None:
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Corpus folder to write (resumes).")
 @click.option("--self-play", is_flag=True,
               help="Also the runs of the dqn arm: the policy on every managed client (iterated self-play).")
-def from_matrix_cmd(results: str, out: str, self_play: bool) -> None:
+@click.option("--extends", type=click.Path(exists=True, file_okay=False),
+              help="OUT adds captures to this corpus's conditions (read together: --data BASE --data OUT).")
+def from_matrix_cmd(results: str, out: str, self_play: bool, extends: str | None) -> None:
     """A replay corpus from `testbed matrix run --arms daemon-static-cubic,...-bbr,...-pcc` run folders.
 
     One condition per managed bulk flow of each scenario, one capture per daemon-static arm
     (datasets/from_matrix.py: the population-on-X reading of those runs); with --self-play one
-    more per run of the dqn arm.  Converting into an existing corpus adds to it."""
+    more per run of the dqn arm; the daemon-deviate runs become unilateral conditions.  Converting
+    into an existing corpus adds to it; with --extends into a folder of its own beside it."""
     from .from_matrix import corpus_from_matrix
     from .trace import TraceError
 
     try:
-        corpus_from_matrix(results, out, self_play=self_play, log=click.echo)
+        corpus_from_matrix(results, out, self_play=self_play, extends=extends, log=click.echo)
     except (TraceError, OSError) as e:
         fail(e)
 

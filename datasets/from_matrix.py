@@ -145,13 +145,21 @@ def _space_of(results: Path) -> str | None:
 
 
 def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[str] = ("cubic", "bbr", "pcc"),
-                       self_play: bool = False, log: Callable[[str], None] = print) -> MatrixCorpus:
+                       self_play: bool = False, extends: str | Path | None = None,
+                       log: Callable[[str], None] = print) -> MatrixCorpus:
     """Write a capture per (managed bulk flow, daemon-static arm, seed) of *results* into *out*.
 
-    *self_play*: also one per (managed bulk flow, run of the dqn arm): the policy's own trace."""
+    *self_play*: also one per (managed bulk flow, run of the dqn arm): the policy's own trace.
+    *extends*: *out* adds captures to the conditions of this corpus folder (its corpus.json
+    says so, and envs/replay.py then reads them into the same conditions): the way to add
+    self-play and deviation captures without changing the corpus a shipped policy was
+    trained on."""
     root, dest = Path(results), Path(out)
     if not root.is_dir():
         raise TraceError(f"{root}: no such folder (give the --out folder of `ccswitch testbed matrix run`)")
+    base_corpus = Path(extends) if extends is not None else None
+    if base_corpus is not None and not (base_corpus / CORPUS_INDEX).is_file():
+        raise TraceError(f"--extends {base_corpus}: not a corpus folder (no {CORPUS_INDEX})")
     dest.mkdir(parents=True, exist_ok=True)
     arms = {f"{ARM_PREFIX}{c}": c for c in ccas}
     if self_play:
@@ -160,6 +168,9 @@ def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[s
     sha = _policy_sha(root) if self_play else ""
     written = total = played = 0
     have: dict[str, set[str]] = {}
+    """Conditions with static captures here, and their CCAs."""
+    touched: set[str] = set()
+    """Conditions with only self-play captures here (their static arms are in the corpus extended)."""
     for sdir in scenarios:
         for arm_dir, cca in arms.items():
             for run_dir in sorted((sdir / arm_dir).glob("seed-*")):
@@ -178,6 +189,8 @@ def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[s
                     name = f"{cca}--s{seed}" if cca else f"selfplay-{sha[:8]}--s{seed}"
                     if cca:
                         have.setdefault(cond, set()).add(cca)
+                    else:
+                        touched.add(cond)
                     cap = dest / sdir.name / r["flow"] / name
                     total += 1
                     played += cca is None
@@ -195,7 +208,9 @@ def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[s
                                                                   summary, flows, params, arm))
                     written += 1
     # after the population captures: a unilateral condition's "nobody deviates" capture is one of them
-    solo_total, solo_written = _deviation_captures(root, dest, have, log) if DEVIATION_BASE in ccas else (0, 0)
+    bases = [dest] + ([base_corpus] if base_corpus is not None else [])
+    solo_total, solo_written = (_deviation_captures(root, dest, bases, have, log) if DEVIATION_BASE in ccas
+                                else (0, 0))
     total, written = total + solo_total, written + solo_written
     # the index describes the folder, which may hold captures of earlier conversions (e.g. the
     # static arms' runs, then a self-play pass of a later session): merge with what it says
@@ -204,7 +219,11 @@ def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[s
     except (OSError, ValueError):
         before = {}
     for cond in before.get("conditions", []):
-        have.setdefault(cond, set()).update(() if cond in before.get("incomplete", ()) else before.get("ccas", ()))
+        if cond in before.get("self_play_only", ()):
+            touched.add(cond)
+        else:
+            have.setdefault(cond, set()).update(() if cond in before.get("incomplete", ()) else before.get("ccas", ()))
+    touched -= set(have)
     incomplete = sorted(c for c, got in have.items() if set(ccas) - got)
     sources = before.get("source_results", [])
     sources = [sources] if isinstance(sources, str) else list(sources)
@@ -212,22 +231,29 @@ def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[s
     on_disk = sum(1 for _ in dest.rglob(MANIFEST))
     index = {"format": "ccswitch-corpus", "format_version": 1, "name": dest.name, "backend": "matrix",
              "source_results": sorted({*sources, str(root)}), "space": space, "ccas": list(ccas),
-             "scenarios": len({c.split("~")[0] for c in have}), "conditions": sorted(have),
+             "scenarios": len({c.split("~")[0] for c in {*have, *touched}}), "conditions": sorted({*have, *touched}),
              "incomplete": incomplete, "captures": on_disk}
+    if base_corpus is not None or before.get("extends"):
+        index["extends"] = (json.loads((base_corpus / CORPUS_INDEX).read_text()).get("name", base_corpus.name)
+                            if base_corpus is not None else before["extends"])
     played_total = sum(1 for _ in dest.rglob(f"selfplay-*/{MANIFEST}"))
     if played_total:
         policies = {*before.get("self_play", {}).get("policies", []), *([sha] if played else [])}
         index["self_play"] = {"captures": played_total, "policies": sorted(policies)}
+        index["self_play_only"] = sorted(touched)
     (dest / CORPUS_INDEX).write_text(json.dumps(index, indent=2) + "\n")
     log(f"{dest}: {total} captures of {len(scenarios)} scenarios in {root} ({written} new"
         + (f", {played} self-play of policy {sha[:8]}" if self_play else "")
-        + f"); the folder now holds {on_disk} captures of {len(have)} conditions, {len(incomplete)} miss an arm")
-    return MatrixCorpus(dest, len(scenarios), len(have), total, written, incomplete, played)
+        + f"); the folder now holds {on_disk} captures of {len(index['conditions'])} conditions, "
+        f"{len(incomplete)} miss an arm")
+    return MatrixCorpus(dest, len(scenarios), len(index["conditions"]), total, written, incomplete, played)
 
 
-def _deviation_captures(root: Path, dest: Path, have: dict[str, set[str]],
+def _deviation_captures(root: Path, dest: Path, bases: Sequence[Path], have: dict[str, set[str]],
                         log: Callable[[str], None]) -> tuple[int, int]:
-    """The unilateral conditions S~F.solo from the daemon-deviate runs of *root*: (captures, written)."""
+    """The unilateral conditions S~F.solo from the daemon-deviate runs of *root*: (captures, written).
+
+    The "nobody deviates" capture is the population-on-CUBIC one, looked up in *bases* in order."""
     total = written = 0
     for run_dir in sorted(root.glob(f"*/{DEVIATE}-*/seed-*")):
         dev = deviation(run_dir.parent.name)
@@ -259,8 +285,9 @@ def _deviation_captures(root: Path, dest: Path, have: dict[str, set[str]],
                 write_capture(folder / f"{cca}--s{seed}", read_samples(run_dir / "samples.parquet"), man)
                 written += 1
             # nobody deviates: the population-on-CUBIC capture of the same flow and seed
-            base = dest / scenario / r["flow"] / f"{DEVIATION_BASE}--s{seed}"
-            if not (base / MANIFEST).is_file():
+            base = next((b / scenario / r["flow"] / f"{DEVIATION_BASE}--s{seed}" for b in bases
+                         if (b / scenario / r["flow"] / f"{DEVIATION_BASE}--s{seed}" / MANIFEST).is_file()), None)
+            if base is None:
                 continue
             have[cond].add(DEVIATION_BASE)
             total += 1

@@ -29,6 +29,7 @@ Ties are broken by the env's seeded RNG.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -37,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ccswitch.datasets.trace import Capture, TraceError, bin_flows, find_captures
+from ccswitch.datasets.trace import CORPUS_INDEX, Capture, TraceError, bin_flows, find_captures
 
 from .features import (
     ACTIONS,
@@ -180,7 +181,10 @@ class ReplayCorpus:
         """Every usable condition under `path`: one corpus folder, or several read as one.
 
         Several folders (e.g. the space corpus beside the sample) must not share a
-        condition id; the fingerprint then covers the captures of all of them.
+        condition id, unless a later folder *extends* an earlier one (its corpus.json says
+        ``"extends": NAME``, the ``name`` of the earlier one's): then its captures join the
+        conditions of the same id (self-play and deviation captures beside the static arms,
+        datasets/from_matrix.py).  The fingerprint covers the captures of all of them.
         """
         roots = _roots(path)
         root = roots[0] if len(roots) == 1 else Path(" + ".join(str(r) for r in roots))
@@ -193,14 +197,18 @@ class ReplayCorpus:
         by_cond: dict[str, list[Capture]] = {}
         origin: dict[str, Path] = {}
         skipped = 0
+        names = {r: _index(r).get("name", r.name) for r in roots}
         for r in roots:
+            extends = _index(r).get("extends")
             for c in (c for c in captures if c.path.is_relative_to(r)):
                 if c.condition is None or c.manifest.get("arm") is None or c.agent_flow() is None:
                     skipped += 1
                     continue
-                if origin.setdefault(c.condition, r) != r:
-                    raise TraceError(f"condition {c.condition} is in both {origin[c.condition]} and {r}: "
-                                     f"corpora read together must not share condition ids")
+                first = origin.setdefault(c.condition, r)
+                if first != r and names[first] != extends:
+                    raise TraceError(f"condition {c.condition} is in both {first} and {r}: corpora read "
+                                     f"together must not share condition ids (unless {r}/corpus.json "
+                                     f"says \"extends\": \"{names[first]}\")")
                 by_cond.setdefault(c.condition, []).append(c)
         conditions = []
         interval = None
@@ -248,6 +256,15 @@ class ReplayCorpus:
         ids = condition_ids if condition_ids is not None else self.ids()
         rows = [t.raw[self.warmup_bins:c.length] for c in (self.conditions[i] for i in ids) for t in c.traces]
         return Normalisation.fit(np.concatenate(rows)) if rows else Normalisation.identity()
+
+
+def _index(root: Path) -> dict:
+    """The corpus.json of *root* ({} when it has none or it does not parse)."""
+    try:
+        index = json.loads((root / CORPUS_INDEX).read_text())
+    except (OSError, ValueError):
+        return {}
+    return index if isinstance(index, dict) else {}
 
 
 def _roots(path: str | Path | Sequence[str | Path] | None) -> list[Path]:

@@ -17,7 +17,9 @@ worth and how much of it the observations reveal, before any DQN is trained:
   (FOLDS-fold cross-validation grouped by scenario, as envs/replay.py splits);
 * the same classifier given the scenario's parameters (rate, RTT, queue, loss, WiFi and
   the unmanaged competitors' CCAs: what a daemon cannot see), an upper reference for
-  features that reveal competition.
+  features that reveal competition;
+* read with datasets/space-coordination, the unilateral conditions ``S~F.solo``: what one
+  managed client gains or costs the worst flow by leaving CUBIC while the others stay.
 
 A linear classifier is the right probe here: with ~60 scenarios, anything the DQN could
 exploit and a linear read of the same inputs misses would be hard to tell from noise.
@@ -131,9 +133,16 @@ def cross_validated_choice(x: np.ndarray, o: Outcomes) -> np.ndarray:
     return got
 
 
+def subset(o: Outcomes, keep: np.ndarray) -> Outcomes:
+    return Outcomes([i for i, k in zip(o.ids, keep, strict=True) if k], o.groups[keep], o.static[keep],
+                    o.self_play[keep], o.observed[:, keep], o.context[keep])
+
+
 def report(replay: ReplayCorpus) -> str:
-    o = outcomes(replay)
+    everything = outcomes(replay)
     acts = replay.actions
+    solo = np.array([i.endswith(".solo") for i in everything.ids])
+    o = subset(everything, ~solo)
     n = len(o.ids)
     rows = [(f"always {a}", o.static[:, i]) for i, a in enumerate(acts)]
     rows.append(("best arm in hindsight (per condition)", o.static.max(1)))
@@ -142,8 +151,9 @@ def report(replay: ReplayCorpus) -> str:
                      cross_validated_choice(o.observed[i], o)))
     rows.append(("classifier on the scenario's parameters (not observable)", cross_validated_choice(o.context, o)))
     with_sp = ~np.isnan(o.self_play)
-    lines = [f"Corpus {replay.source}: {n} conditions of {len(set(o.groups))} scenarios; best arm per condition "
-             + ", ".join(f"{a} {int((o.static.argmax(1) == i).sum())}" for i, a in enumerate(acts)) + ".", "",
+    lines = [f"Corpus {replay.source}: {n} population conditions of {len(set(o.groups))} scenarios; best arm "
+             "per condition " + ", ".join(f"{a} {int((o.static.argmax(1) == i).sum())}" for i, a in enumerate(acts))
+             + ".", "",
              "| choice of the managed population's CCA | mean last-half min share | conditions >= 0.8 |",
              "|---|---:|---:|"]
     lines += [f"| {name} | {v.mean():.3f} | {int((v >= 0.8).sum())} of {n} |" for name, v in rows]
@@ -153,12 +163,24 @@ def report(replay: ReplayCorpus) -> str:
                   f"{o.self_play[with_sp].mean():.3f} (>= 0.8 in {int((o.self_play[with_sp] >= 0.8).sum())}); "
                   f"in the same conditions always {acts[0]} {o.static[with_sp, 0].mean():.3f}, best arm "
                   f"{o.static[with_sp].max(1).mean():.3f}."]
+    if solo.any():
+        u = subset(everything, solo)
+        k = len(u.ids)
+        lines += ["", f"Unilateral conditions (one managed client deviates from {acts[0]}, the others stay): {k} "
+                  f"of {len(set(u.groups))} scenarios.", "",
+                  "| the deviating client's CCA | mean last-half min share | conditions >= 0.8 |", "|---|---:|---:|"]
+        lines += [f"| {a}{' (nobody deviates)' if i == 0 else ''} | {u.static[:, i].mean():.3f} | "
+                  f"{int((u.static[:, i] >= 0.8).sum())} of {k} |" for i, a in enumerate(acts)]
+        best = u.static.max(1)
+        lines.append(f"| best in hindsight | {best.mean():.3f} | {int((best >= 0.8).sum())} of {k} |")
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ccswitch.models.ceiling", description=__doc__.split("\n")[0])
-    ap.add_argument("--data", action="append", help="corpus folder (repeatable; default: datasets/space)")
+    ap.add_argument("--data", action="append",
+                    help="corpus folder (repeatable, e.g. --data datasets/space --data datasets/space-coordination; "
+                         "default: datasets/space)")
     args = ap.parse_args(argv)
     replay = ReplayCorpus.load(args.data or "datasets/space", log=lambda m: None)
     print(report(replay))

@@ -352,3 +352,31 @@ def test_self_play_trace_is_the_policy_not_a_counterfactual(corpus_dir: Path, tm
     _, _, _, _, info = env.step(1)
     assert info["trace"] != cond.traces[played[0]].id and not cond.traces[
         [t.id for t in cond.traces].index(info["trace"])].self_play
+
+
+def test_an_extension_corpus_adds_captures_to_the_base_conditions(corpus_dir: Path, tmp_path: Path) -> None:
+    """`from-matrix --extends BASE`: a folder whose corpus.json says "extends": BASE's name adds its
+    captures to BASE's conditions when both are read (the base and its fingerprint stay as they
+    are); without that line a shared condition id is still an error."""
+    import json
+    import shutil
+
+    from ccswitch.datasets.trace import TraceError
+
+    src = next(c for c in find_captures(corpus_dir) if c.manifest["arm"] == {"start": "cubic", "switches": []})
+    ext = tmp_path / "ext"
+    cap = ext / src.condition / "selfplay-feedbeef--s1"
+    shutil.copytree(src.path, cap)
+    man = json.loads((cap / "manifest.json").read_text())
+    man.update(id=man["id"] + "-selfplay", arm={"start": "cubic", "switches": [], "policy": {"sha256": "f" * 64}})
+    (cap / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(TraceError, match="must not share condition ids"):
+        ReplayCorpus.load([corpus_dir, ext])
+    index = corpus_dir / "corpus.json"  # the synthetic corpus has none: the folder's name is its name
+    base_name = json.loads(index.read_text()).get("name") if index.is_file() else corpus_dir.name
+    (ext / "corpus.json").write_text(json.dumps({"format": "ccswitch-corpus", "extends": base_name}))
+    base, both = ReplayCorpus.load(corpus_dir), ReplayCorpus.load([corpus_dir, ext])
+    assert both.ids() == base.ids() and both.fingerprint != base.fingerprint
+    cond = both.conditions[src.condition]
+    assert len(cond.traces) == len(base.conditions[src.condition].traces) + 1
+    assert [t.id for t in cond.traces if t.self_play] == [man["id"]]

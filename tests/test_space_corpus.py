@@ -21,6 +21,8 @@ from ccswitch.testbed.scenario.space import load_space
 
 REPO = Path(__file__).resolve().parent.parent
 SPACE_CORPUS = REPO / "datasets" / "space"
+COORDINATION = REPO / "datasets" / "space-coordination"
+"""The extension of the space corpus: self-play and unilateral-deviation captures."""
 SPACE = REPO / "testbed" / "scenarios" / "space.toml"
 MIN_CONDITIONS = 150
 """Issue 11: a corpus of at least 150 conditions from the train split."""
@@ -30,7 +32,7 @@ pytestmark = pytest.mark.skipif(not (SPACE_CORPUS / "corpus.json").is_file(), re
 
 @pytest.fixture(scope="module")
 def captures() -> list:
-    return find_captures(SPACE_CORPUS)
+    return find_captures(SPACE_CORPUS) + find_captures(COORDINATION)
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +53,28 @@ def test_every_capture_comes_from_the_train_split(captures: list) -> None:
         assert scenario not in held
         scenarios.add(scenario)
     assert len(scenarios) >= 50
+
+
+def test_the_coordination_corpus_extends_the_space_corpus(replay: ReplayCorpus) -> None:
+    """Read together, its self-play captures join the space conditions as the policy's traces
+    (never static), and each complete unilateral condition has every CCA with the other
+    managed clients on CUBIC; the space corpus alone is unchanged (what the shipped policy
+    was trained on: tests/test_dqn.py checks its fingerprint)."""
+    both = ReplayCorpus.load([SPACE_CORPUS, COORDINATION], log=lambda m: None)
+    assert set(replay.ids()) <= set(both.ids())
+    played = [t for c in both.conditions.values() for t in c.traces if t.self_play]
+    assert len(played) >= 150 and not any(t.static for t in played)
+    solo = [c for c in both.conditions.values() if c.id.endswith(".solo")]
+    assert solo, "no complete unilateral condition"
+    for c in solo:
+        assert {t.start for t in c.traces if t.static} == {0, 1, 2} and not any(t.self_play for t in c.traces)
+    for cap in find_captures(COORDINATION):
+        if cap.condition.endswith(".solo"):
+            assert cap.manifest["arm"]["others"] == "cubic"
+    tpl = REPO / "datasets" / "specs" / "space-coordination.card.md"
+    want = render_card(tpl.read_text(), card_stats(COORDINATION, both))
+    assert (COORDINATION / "README.md").read_text() == want, "regenerate: ccswitch dataset card " \
+                                                              "datasets/space-coordination"
 
 
 def test_replayable_with_every_cca_per_condition(captures: list, replay: ReplayCorpus) -> None:
