@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-ARMS_HELP = "comma-separated, of static, dqn, heuristic, daemon-static-cubic, daemon-static-bbr, daemon-static-pcc"
+ARMS_HELP = ("comma-separated, of static, dqn, heuristic, daemon-static-cubic, daemon-static-bbr, daemon-static-pcc, "
+             "daemon-deviate (one managed client at a time on bbr or pcc, the others on cubic: training data)")
 
 
 def _fail(exc: BaseException) -> None:
