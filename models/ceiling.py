@@ -32,6 +32,7 @@ import argparse
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -176,14 +177,55 @@ def report(replay: ReplayCorpus) -> str:
     return "\n".join(lines)
 
 
+def plot(replay: ReplayCorpus, png: Path) -> None:
+    """CDFs of the last-half min share per choice: the population conditions (left) and, when the
+    corpus has them, the unilateral ones (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    everything = outcomes(replay)
+    acts = replay.actions
+    solo = np.array([i.endswith(".solo") for i in everything.ids])
+    panels = [("every managed client on the CCA", subset(everything, ~solo), "always ")]
+    if solo.any():
+        panels.append(("one managed client on the CCA, the others on " + acts[0], subset(everything, solo), ""))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.4), squeeze=False)
+    for ax, (title, o, prefix) in zip(axes[0], panels, strict=True):
+        curves = [(f"{prefix}{a}", o.static[:, i]) for i, a in enumerate(acts)]
+        curves.append(("best in hindsight", o.static.max(1)))
+        if not np.isnan(o.self_play).all():
+            curves.append(("self-play (the policy)", o.self_play[~np.isnan(o.self_play)]))
+        for k, (label, v) in enumerate(curves):
+            x = np.sort(v)
+            ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", color=f"C{k}",
+                    linestyle="--" if label.startswith(("best", "self")) else "-", label=f"{label} ({v.mean():.2f})")
+        ax.axvline(0.8, color="r", linestyle=":", linewidth=1)
+        ax.set_xlabel("last-half min share (worst flow / fair share)")
+        ax.set_ylabel("fraction of conditions")
+        ax.set_title(f"{title}\n{len(o.ids)} conditions, {len(set(o.groups))} scenarios", fontsize=10)
+        ax.set_xlim(0, 1.05)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left", title="choice (mean)", title_fontsize=8)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ccswitch.models.ceiling", description=__doc__.split("\n")[0])
     ap.add_argument("--data", action="append",
                     help="corpus folder (repeatable, e.g. --data datasets/space --data datasets/space-coordination; "
                          "default: datasets/space)")
+    ap.add_argument("--plot", type=Path, metavar="PNG", help="also write the CDFs of min share per choice here")
     args = ap.parse_args(argv)
     replay = ReplayCorpus.load(args.data or "datasets/space", log=lambda m: None)
     print(report(replay))
+    if args.plot:
+        plot(replay, args.plot)
+        print(f"plot: {args.plot}")
     return 0
 
 
