@@ -164,7 +164,8 @@ def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[s
     arms = {f"{ARM_PREFIX}{c}": c for c in ccas}
     if self_play:
         arms[SELF_PLAY_ARM] = None
-    scenarios = sorted(p for p in root.iterdir() if p.is_dir() and any((p / a).is_dir() for a in arms))
+    scenarios = sorted(p for p in root.iterdir()
+                       if p.is_dir() and (any((p / a).is_dir() for a in arms) or any(p.glob(f"{DEVIATE}-*"))))
     sha = _policy_sha(root) if self_play else ""
     written = total = played = 0
     have: dict[str, set[str]] = {}
@@ -212,8 +213,22 @@ def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[s
     solo_total, solo_written = (_deviation_captures(root, dest, bases, have, log) if DEVIATION_BASE in ccas
                                 else (0, 0))
     total, written = total + solo_total, written + solo_written
-    # the index describes the folder, which may hold captures of earlier conversions (e.g. the
-    # static arms' runs, then a self-play pass of a later session): merge with what it says
+    index = _write_index(dest, root, ccas, have, touched, base_corpus, sha if played else None)
+    incomplete = index["incomplete"]
+    on_disk = index["captures"]
+    log(f"{dest}: {total} captures of {len(scenarios)} scenarios in {root} ({written} new"
+        + (f", {played} self-play of policy {sha[:8]}" if self_play else "")
+        + f"); the folder now holds {on_disk} captures of {len(index['conditions'])} conditions, "
+        f"{len(incomplete)} miss an arm")
+    return MatrixCorpus(dest, len(scenarios), len(index["conditions"]), total, written, incomplete, played)
+
+
+def _write_index(dest: Path, root: Path, ccas: Sequence[str], have: dict[str, set[str]], touched: set[str],
+                 base_corpus: Path | None, policy_sha: str | None) -> dict[str, Any]:
+    """Write dest/corpus.json for what the folder holds now and return it.
+
+    The folder may hold captures of earlier conversions (the static arms' runs, then a
+    self-play or deviation pass of a later session): what its index said is merged in."""
     try:
         before = json.loads((dest / CORPUS_INDEX).read_text())
     except (OSError, ValueError):
@@ -224,29 +239,26 @@ def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[s
         else:
             have.setdefault(cond, set()).update(() if cond in before.get("incomplete", ()) else before.get("ccas", ()))
     touched -= set(have)
-    incomplete = sorted(c for c, got in have.items() if set(ccas) - got)
     sources = before.get("source_results", [])
     sources = [sources] if isinstance(sources, str) else list(sources)
-    space = _space_of(root) or before.get("space")
-    on_disk = sum(1 for _ in dest.rglob(MANIFEST))
-    index = {"format": "ccswitch-corpus", "format_version": 1, "name": dest.name, "backend": "matrix",
-             "source_results": sorted({*sources, str(root)}), "space": space, "ccas": list(ccas),
-             "scenarios": len({c.split("~")[0] for c in {*have, *touched}}), "conditions": sorted({*have, *touched}),
-             "incomplete": incomplete, "captures": on_disk}
-    if base_corpus is not None or before.get("extends"):
-        index["extends"] = (json.loads((base_corpus / CORPUS_INDEX).read_text()).get("name", base_corpus.name)
-                            if base_corpus is not None else before["extends"])
+    conditions = sorted({*have, *touched})
+    index: dict[str, Any] = {
+        "format": "ccswitch-corpus", "format_version": 1, "name": dest.name, "backend": "matrix",
+        "source_results": sorted({*sources, str(root)}), "space": _space_of(root) or before.get("space"),
+        "ccas": list(ccas), "scenarios": len({c.split("~")[0] for c in conditions}), "conditions": conditions,
+        "incomplete": sorted(c for c, got in have.items() if set(ccas) - got),
+        "captures": sum(1 for _ in dest.rglob(MANIFEST))}
+    if base_corpus is not None:
+        index["extends"] = json.loads((base_corpus / CORPUS_INDEX).read_text()).get("name", base_corpus.name)
+    elif before.get("extends"):
+        index["extends"] = before["extends"]
     played_total = sum(1 for _ in dest.rglob(f"selfplay-*/{MANIFEST}"))
     if played_total:
-        policies = {*before.get("self_play", {}).get("policies", []), *([sha] if played else [])}
+        policies = {*before.get("self_play", {}).get("policies", []), *([policy_sha] if policy_sha else [])}
         index["self_play"] = {"captures": played_total, "policies": sorted(policies)}
         index["self_play_only"] = sorted(touched)
     (dest / CORPUS_INDEX).write_text(json.dumps(index, indent=2) + "\n")
-    log(f"{dest}: {total} captures of {len(scenarios)} scenarios in {root} ({written} new"
-        + (f", {played} self-play of policy {sha[:8]}" if self_play else "")
-        + f"); the folder now holds {on_disk} captures of {len(index['conditions'])} conditions, "
-        f"{len(incomplete)} miss an arm")
-    return MatrixCorpus(dest, len(scenarios), len(index["conditions"]), total, written, incomplete, played)
+    return index
 
 
 def _deviation_captures(root: Path, dest: Path, bases: Sequence[Path], have: dict[str, set[str]],
