@@ -82,6 +82,9 @@ def test_plan_checks_arms_and_folder(tmp_path: Path) -> None:
             for c in (1, 2)] == ["cubic", "pcc"]
     with pytest.raises(ValueError, match="has 2 managed clients"):
         arm_scenario(load_scenario(d / "tiny-0.toml"), "daemon-deviate-3-bbr")
+    for bad in ("daemon-deviate-0-bbr", "daemon-deviate-1-reno", "daemon-deviate-x-bbr"):
+        with pytest.raises(ValueError, match="unknown arm"):
+            plan(d, [bad], 1)
     with pytest.raises(MatrixError, match="no such folder"):
         plan(tmp_path / "nope", ["static"], 1)
     with pytest.raises(MatrixError, match=r"no \*\.toml"):

@@ -37,7 +37,7 @@ DEVIATIONS = ("bbr", "pcc")
 MAX_CLIENTS = 6
 """The scenario space's most clients (testbed/scenarios/space.toml)."""
 DEVIATE_ARMS = tuple(f"{DEVIATE}-{k}-{x}" for k in range(1, MAX_CLIENTS + 1) for x in DEVIATIONS)
-_DEVIATE = re.compile(rf"^{DEVIATE}-(\d+)-({'|'.join(DEVIATIONS)})$")
+_DEVIATE = re.compile(rf"^{DEVIATE}-([1-9]\d*)-({'|'.join(DEVIATIONS)})$")
 
 
 def deviation(arm: str) -> tuple[int, str] | None:
