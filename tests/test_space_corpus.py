@@ -71,6 +71,12 @@ def test_the_coordination_corpus_extends_the_space_corpus(replay: ReplayCorpus) 
     for cap in find_captures(COORDINATION):
         if cap.condition.endswith(".solo"):
             assert cap.manifest["arm"]["others"] == "cubic"
+    # models/ceiling.py reads both kinds: population and unilateral conditions apart, self-play beside them
+    from ccswitch.models.ceiling import report
+
+    text = report(both)
+    assert "Self-play runs" in text and f"Unilateral conditions (one managed client deviates from cubic, " \
+                                      f"the others stay): {len(solo)} " in text
     tpl = REPO / "datasets" / "specs" / "space-coordination.card.md"
     want = render_card(tpl.read_text(), card_stats(COORDINATION, both))
     assert (COORDINATION / "README.md").read_text() == want, "regenerate: ccswitch dataset card " \
