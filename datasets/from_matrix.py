@@ -193,18 +193,18 @@ def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[s
                     else:
                         touched.add(cond)
                     cap = dest / sdir.name / r["flow"] / name
-                    total += 1
-                    played += cca is None
                     if (cap / MANIFEST).is_file():
+                        total += 1
+                        played += cca is None
                         continue
                     if samples is None:
                         samples = read_samples(run_dir / "samples.parquet")
                     arm = None if cca else _played_arm(samples, int(r["flow_id"]), summary, sha)
                     if arm is None and not cca:
                         log(f"{run_dir}: flow {r['flow']} has no samples; no self-play capture")
-                        total -= 1
-                        played -= 1
                         continue
+                    total += 1
+                    played += cca is None
                     write_capture(cap, samples, _capture_manifest(sdir.name, r["flow"], cca or arm["start"], seed,
                                                                   summary, flows, params, arm))
                     written += 1
@@ -279,6 +279,7 @@ def _deviation_captures(root: Path, dest: Path, bases: Sequence[Path], have: dic
         clients = sorted({int(r["client"]) for r in flows if int(r["client"]) in managed
                           and kinds.get(r["flow"]) == "bulk"})  # as arms.managed_clients numbers them
         params = _scenario_params(run_dir)
+        samples = None
         for r in flows:
             if k > len(clients) or int(r["client"]) != clients[k - 1] or kinds.get(r["flow"]) != "bulk":
                 continue
@@ -294,7 +295,8 @@ def _deviation_captures(root: Path, dest: Path, bases: Sequence[Path], have: dic
                            notes=f"matrix run {run_dir.parent.name} of scenario {scenario}: client "
                                  f"{clients[k - 1]} on {cca}, every other managed client on {DEVIATION_BASE}; "
                                  f"unmanaged clients kept their CCA")
-                write_capture(folder / f"{cca}--s{seed}", read_samples(run_dir / "samples.parquet"), man)
+                samples = samples if samples is not None else read_samples(run_dir / "samples.parquet")
+                write_capture(folder / f"{cca}--s{seed}", samples, man)
                 written += 1
             # nobody deviates: the population-on-CUBIC capture of the same flow and seed
             base = next((b / scenario / r["flow"] / f"{DEVIATION_BASE}--s{seed}" for b in bases

@@ -139,8 +139,8 @@ def subset(o: Outcomes, keep: np.ndarray) -> Outcomes:
                     o.self_play[keep], o.observed[:, keep], o.context[keep])
 
 
-def report(replay: ReplayCorpus) -> str:
-    everything = outcomes(replay)
+def report(replay: ReplayCorpus, everything: Outcomes | None = None) -> str:
+    everything = everything or outcomes(replay)
     acts = replay.actions
     solo = np.array([i.endswith(".solo") for i in everything.ids])
     o = subset(everything, ~solo)
@@ -177,7 +177,7 @@ def report(replay: ReplayCorpus) -> str:
     return "\n".join(lines)
 
 
-def plot(replay: ReplayCorpus, png: Path) -> None:
+def plot(everything: Outcomes, acts: Sequence[str], png: Path) -> None:
     """CDFs of the last-half min share per choice: the population conditions (left) and, when the
     corpus has them, the unilateral ones (right)."""
     import matplotlib
@@ -185,8 +185,6 @@ def plot(replay: ReplayCorpus, png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    everything = outcomes(replay)
-    acts = replay.actions
     solo = np.array([i.endswith(".solo") for i in everything.ids])
     panels = [("every managed client on the CCA", subset(everything, ~solo), "always ")]
     if solo.any():
@@ -222,9 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path, metavar="PNG", help="also write the CDFs of min share per choice here")
     args = ap.parse_args(argv)
     replay = ReplayCorpus.load(args.data or "datasets/space", log=lambda m: None)
-    print(report(replay))
+    o = outcomes(replay)
+    print(report(replay, o))
     if args.plot:
-        plot(replay, args.plot)
+        plot(o, replay.actions, args.plot)
         print(f"plot: {args.plot}")
     return 0
 
