@@ -15,7 +15,9 @@ Spaces::
                                                      the PI input, Classic and L4S backlog (link time),
                                                      utilisation, offered load, Classic drop and mark
                                                      fractions, L4S mark fraction, Classic delay trend
-    action_space       Box(-1, 1, (1,), float32)    p' <- p' * 2**a (clipped to 1e-3..1)
+    action_space       Box(-1, 1, (1,), float32)    mode "step": p' <- p' * 2**(a/2) (clipped to 1e-3..1), the PI
+                                                     controller paused; mode "residual": p' = the PI
+                                                     controller's p' * 2**a (it keeps running)
 
 Episode (``reset``): a fresh condition drawn from :class:`ConditionSpace` with the
 env's RNG: link rate log-uniform 10..100 Mbit/s, base RTT 4..40 ms, 1-4
@@ -25,7 +27,8 @@ long under DualPI2's own PI controller, so that episodes also see long-lived
 flows past slow start, as a router mostly does), and the first observation is
 taken one interval later.  ``step`` sets p', waits until the next interval boundary (the
 clock is the wall clock: training is real time) and observes.  An episode is
-``steps`` intervals (paper 000: 100).  With ``controller="pi"`` the action is
+``steps`` intervals (paper 000: 100).  The action mappings (``mode``) are
+:data:`ccswitch.models.dualpi2_actor.ACTION_KINDS`.  With ``controller="pi"`` the action is
 ignored and DualPI2's own PI controller keeps p' (the baseline's reward on the
 same condition).
 
@@ -49,10 +52,11 @@ import gymnasium as gym
 import numpy as np
 
 from ccswitch.models.dualpi2_actor import (
+    ACTION_KINDS,
     LEASE_INTERVALS,
     OBS_FEATURES,
     Observer,
-    next_base_prob,
+    control_params,
     reward,
 )
 
@@ -114,9 +118,12 @@ class DualPi2Env(gym.Env):
 
     def __init__(self, *, interval_s: float = 0.05, steps: int = 100, space: ConditionSpace | None = None,
                  controller: str = "agent", workdir: str | Path | None = None, target_ms: float = 15.0,
-                 warmup_s: float = 0.0) -> None:
+                 warmup_s: float = 0.0, mode: str = "step") -> None:
         if controller not in ("agent", "pi"):
             raise ValueError(f"controller must be 'agent' or 'pi', got {controller!r}")
+        if mode not in ACTION_KINDS:
+            raise ValueError(f"mode must be one of {', '.join(ACTION_KINDS)}, got {mode!r}")
+        self.mode = mode
         self.observation_space = gym.spaces.Box(-1.0, 2.0, (len(OBS_FEATURES),), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
         self.interval_s = interval_s
@@ -225,8 +232,8 @@ class DualPi2Env(gym.Env):
         assert self._ctl is not None, "reset() first"
         a = float(np.asarray(action, dtype=np.float64).reshape(-1)[0])
         if self.controller == "agent":
-            self._p = next_base_prob(self._p, a)
-            self._ctl.set("uplink", base_prob=self._p, hold_ms=LEASE_INTERVALS * self.interval_s * 1000)
+            self._ctl.set("uplink", **control_params(self.mode, self._p, a),
+                          hold_ms=LEASE_INTERVALS * self.interval_s * 1000)
         self._wait()
         obs, raw = self._observe()
         self._p = raw["p_prime"]

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from ccswitch.envs.dualpi2_env import Condition, ConditionSpace, DualPi2Env
-from ccswitch.models.dualpi2_actor import OBS_FEATURES, load_actor, save_actor
+from ccswitch.models.dualpi2_actor import ACTION_KINDS, OBS_FEATURES, load_actor, save_actor
 
 __all__ = ["Hyperparameters", "compare", "train"]
 
@@ -65,6 +65,7 @@ class Hyperparameters:
     steps: int = 100             # per episode (paper 000: 100)
     interval_s: float = 0.05     # control interval: ~3 PI updates (16 ms), ~1-10 RTTs of the drawn paths
     warmup_s: float = 0.0        # flows run this long under the PI controller before the agent takes over
+    mode: str = "step"           # action mapping (dualpi2_actor.ACTION_KINDS): set p' ("step"), or a factor on PI's
     workers: int = 2             # one per core here; each runs its own emulated link in real time
     t_max: int = 5               # steps between global updates (paper 000: args_update_interval = 5)
     gamma: float = 0.9           # the effect of a change of p' shows within ~1-3 intervals
@@ -168,7 +169,8 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
 
     rng = np.random.default_rng(hp.seed * 1000 + index)
     sync()
-    with DualPi2Env(interval_s=hp.interval_s, steps=hp.steps, workdir=workdir, warmup_s=hp.warmup_s) as env:
+    with DualPi2Env(interval_s=hp.interval_s, steps=hp.steps, workdir=workdir, warmup_s=hp.warmup_s,
+                    mode=hp.mode) as env:
         while (episode := shared.claim_episode()) is not None:
             obs, info = env.reset(seed=hp.seed * 100_000 + episode)
             cond: Condition = info["condition"]
@@ -262,7 +264,7 @@ def train(hp: Hyperparameters, out: Path, *, progress: bool = True) -> Path:
                      "python": platform.python_version()},
     }
     path = out / "actor.json"
-    save_actor(path, kernels=kernels, biases=biases, interval_s=hp.interval_s, training=record)
+    save_actor(path, kernels=kernels, biases=biases, interval_s=hp.interval_s, mode=hp.mode, training=record)
     (out / "record.json").write_text(json.dumps(record, indent=2) + "\n")
     plot_curve(curve, out / "curve.png", baseline=None)
     return path
@@ -298,7 +300,7 @@ def compare(actor_path: Path, episodes: int, out: Path, *, seed: int = 7, steps:
     conds = [space.draw(rng) for _ in range(episodes)]
     rows: list[dict[str, Any]] = []
     out.mkdir(parents=True, exist_ok=True)
-    with DualPi2Env(interval_s=actor.interval_s, steps=steps, workdir=out / "env") as env:
+    with DualPi2Env(interval_s=actor.interval_s, steps=steps, workdir=out / "env", mode=actor.mode) as env:
         for i, cond in enumerate(conds, 1):
             for ctrl in ("pi", "agent"):
                 env.controller = ctrl
@@ -442,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--warmup-s", type=float, default=Hyperparameters.warmup_s,
                    help="seconds the flows run under the PI controller before each episode")
     t.add_argument("--gamma", type=float, default=Hyperparameters.gamma, help="discount per control interval")
+    t.add_argument("--mode", choices=sorted(ACTION_KINDS), default=Hyperparameters.mode,
+                   help="step: the agent sets p' (paper 000); residual: a factor on the PI controller's p'")
     b = sub.add_parser("pi-baseline", help="the PI controller on a training run's episode conditions (root)")
     b.add_argument("run_dir", type=Path)
     c = sub.add_parser("compare", help="actor vs PI controller on drawn conditions (root)")
@@ -455,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if a.cmd == "train":
         hp = Hyperparameters(episodes=a.episodes, workers=a.workers, seed=a.seed, warmup_s=a.warmup_s,
-                             gamma=a.gamma)
+                             gamma=a.gamma, mode=a.mode)
         print(f"a3c: wrote {train(hp, a.out)}")
     elif a.cmd == "pi-baseline":
         rows = pi_baseline(a.run_dir)

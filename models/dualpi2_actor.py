@@ -14,13 +14,23 @@ linkemu's control socket (:mod:`ccswitch.testbed.runs.linkemu_control`):
    each scaled to about 0..1 like the paper's min-max normalisation);
 2. the actor network (numpy only; trained by ``ccswitch.models.a3c_dualpi2``)
    gives the action a in [-1, 1];
-3. p' <- clip(p' * 2**(ACTION_SCALE * a), P_MIN, P_MAX) (ACTION_SCALE 0.5), sent as
-   ``set base_prob`` with a lease of LEASE_INTERVALS intervals (``hold_ms``): if the
-   agent dies or hangs, linkemu's PI controller takes p' back within the lease.
+3. one of two action mappings (the actor file's ``action.kind``, :data:`ACTION_KINDS`):
+
+   * ``step`` (paper 000: the agent sets p' itself): p' <- clip(p' * 2**(ACTION_SCALE * a),
+     P_MIN, P_MAX) (ACTION_SCALE 0.5), sent as ``set base_prob``; the PI controller is paused;
+   * ``residual``: the PI controller keeps running and the agent sets a factor on its p',
+     2**(RESIDUAL_SCALE * a) (x0.5..x2), sent as ``set prob_scale``.  a = 0 is DualPI2 as it
+     is, so even an untrained actor is the PI controller, and training only has to learn
+     corrections (residual policy learning: Johannink et al. 2019, Silver et al. 2018).  The PI
+     integrator stays in the loop, so the delay the queue settles at is still the target's;
+     what the agent changes is how p' moves on the way (flows arriving, leaving, slow start).
+
+   Either is sent with a lease of LEASE_INTERVALS intervals (``hold_ms``): if the agent dies
+   or hangs, linkemu's PI controller takes p' back within the lease.
 
 Where this deviates from the paper, and why:
 
-* **Action**: the paper's action is p itself.  Ours is a change of p' in log
+* **Action** (``step``): the paper's action is p itself.  Ours is a change of p' in log
   space (at most x1.41 or /1.41 per interval).  The state carries p', so the two
   can express the same controllers; the relative step makes a random initial
   policy a random walk around the current p' instead of a jump anywhere in
@@ -54,8 +64,9 @@ import numpy as np
 
 from .policy import PolicyError, decode_array, document_checksum, encode_array, write_signed
 
-__all__ = ["ACTOR_FORMAT", "LEASE_INTERVALS", "OBS_FEATURES", "STATE_KEYS", "Actor", "ActorError", "Observer",
-           "annotate_actor", "load_actor", "next_base_prob", "reward", "save_actor"]
+__all__ = ["ACTION_KINDS", "ACTOR_FORMAT", "LEASE_INTERVALS", "OBS_FEATURES", "STATE_KEYS", "Actor", "ActorError",
+           "Observer", "annotate_actor", "control_params", "load_actor", "next_base_prob", "prob_scale", "reward",
+           "save_actor"]
 
 ACTOR_FORMAT = "ccswitch-dualpi2-actor"
 ACTOR_VERSION = 1
@@ -80,6 +91,13 @@ CLIP = (-1.0, 2.0)
 """Every feature is clipped to this range (a burst can exceed the scale; the network never sees more)."""
 ACTION_SCALE = 0.5
 """a = +-1 multiplies / divides p' by sqrt(2) (two intervals to double it)."""
+RESIDUAL_SCALE = 1.0
+"""``residual``: a = +-1 doubles / halves the PI controller's p' (linkemu accepts 1/16..16)."""
+ACTION_KINDS: dict[str, str] = {
+    "step": "log2 step of base_prob",
+    "residual": "log2 factor on the PI controller's base_prob",
+}
+"""The action mappings (module docstring, step 3): the name a trainer takes -> the actor file's action.kind."""
 P_MIN, P_MAX = 1e-3, 1.0
 """p' stays within these (P_MIN: p_C = 1e-6, i.e. no Classic drops; a multiplicative step needs p' > 0)."""
 LEASE_INTERVALS = 3
@@ -216,6 +234,19 @@ def next_base_prob(p_prime: float, action: float) -> float:
     return float(np.clip(max(p_prime, P_MIN) * 2.0 ** (ACTION_SCALE * a), P_MIN, P_MAX))
 
 
+def prob_scale(action: float) -> float:
+    """``residual``: the factor on the PI controller's p' for action *a* in [-1, 1]."""
+    a = -1.0 if action < -1.0 else 1.0 if action > 1.0 else float(action)
+    return 2.0 ** (RESIDUAL_SCALE * a)
+
+
+def control_params(mode: str, p_prime: float, action: float) -> dict[str, float]:
+    """What a ``set`` sends for *action* under mapping *mode*, from p' now (without the lease)."""
+    if mode == "residual":
+        return {"prob_scale": prob_scale(action)}
+    return {"base_prob": next_base_prob(p_prime, action)}
+
+
 # ----------------------------------------------------------------- actor ---
 
 
@@ -227,6 +258,7 @@ class Actor:
     biases: list[np.ndarray]
     interval_s: float
     target_ms: float = 15.0
+    mode: str = "step"  # the action mapping, a key of ACTION_KINDS
     training: dict[str, Any] = field(default_factory=dict)
     evaluation: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
@@ -242,13 +274,16 @@ class Actor:
 
 
 def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequence[np.ndarray],
-               interval_s: float, target_ms: float = 15.0, training: Mapping[str, Any] | None = None,
-               evaluation: Mapping[str, Any] | None = None) -> str:
+               interval_s: float, target_ms: float = 15.0, mode: str = "step",
+               training: Mapping[str, Any] | None = None, evaluation: Mapping[str, Any] | None = None) -> str:
     """Write an actor file; returns its checksum."""
+    action: dict[str, Any] = (
+        {"kind": ACTION_KINDS["residual"], "scale": RESIDUAL_SCALE} if mode == "residual"
+        else {"kind": ACTION_KINDS["step"], "scale": ACTION_SCALE, "p_min": P_MIN, "p_max": P_MAX})
     doc: dict[str, Any] = {
         "format": ACTOR_FORMAT, "version": ACTOR_VERSION,
         "features": list(OBS_FEATURES), "interval_s": interval_s, "target_ms": target_ms,
-        "action": {"kind": "log2 step of base_prob", "scale": ACTION_SCALE, "p_min": P_MIN, "p_max": P_MAX},
+        "action": action,
         "network": {"hidden_activation": "relu", "output_activation": "tanh",
                     "layers": [{"kernel": encode_array(k), "bias": encode_array(b)}
                                for k, b in zip(kernels, biases, strict=True)]},
@@ -293,7 +328,11 @@ def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
         raise ActorError(f"{p}: its features are not this ccswitch's observation ({len(OBS_FEATURES)} "
                          f"features: {', '.join(OBS_FEATURES)}); train it again")
     act = doc["action"]
-    if (act.get("scale"), act.get("p_min"), act.get("p_max")) != (ACTION_SCALE, P_MIN, P_MAX):
+    if act.get("kind") == ACTION_KINDS["residual"]:
+        mode, ok = "residual", act.get("scale") == RESIDUAL_SCALE
+    else:
+        mode, ok = "step", (act.get("scale"), act.get("p_min"), act.get("p_max")) == (ACTION_SCALE, P_MIN, P_MAX)
+    if not ok:
         raise ActorError(f"{p}: trained for another action mapping ({act}); train it again")
     layers = doc["network"]["layers"]
     kernels = [decode_array(la["kernel"], f"{p}: network.layers[{i}].kernel") for i, la in enumerate(layers)]
@@ -308,7 +347,7 @@ def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
     interval = float(doc["interval_s"])
     if not 0.001 <= interval <= 10.0:
         raise ActorError(f"{p}: interval_s {interval} is outside 0.001..10 s")
-    return Actor(kernels, biases, interval, float(doc.get("target_ms", 15.0)), doc.get("training", {}),
+    return Actor(kernels, biases, interval, float(doc.get("target_ms", 15.0)), mode, doc.get("training", {}),
                  doc.get("evaluation", {}), p, str(doc["checksum"]))
 
 

@@ -28,10 +28,12 @@ from ccswitch.models.dualpi2_actor import (
     OBS_FEATURES,
     P_MAX,
     P_MIN,
+    RESIDUAL_SCALE,
     STATE_KEYS,
     Actor,
     ActorError,
     Observer,
+    control_params,
     load_actor,
     next_base_prob,
     reward,
@@ -42,12 +44,12 @@ from ccswitch.testbed.scenario import ScenarioError, load_scenario
 SHIPPED = Path(__file__).resolve().parents[1] / "models" / "dualpi2_a3c.json"
 
 
-def constant_actor(path: Path, action: float, interval_s: float = 0.02) -> Path:
+def constant_actor(path: Path, action: float, interval_s: float = 0.02, mode: str = "step") -> Path:
     """An actor whose output is tanh(atanh(action)) = action whatever the state."""
     n = len(OBS_FEATURES)
     kernels = [np.zeros((n, 4), np.float32), np.zeros((4, 1), np.float32)]
     biases = [np.zeros(4, np.float32), np.array([np.arctanh(np.clip(action, -0.999999, 0.999999))], np.float32)]
-    save_actor(path, kernels=kernels, biases=biases, interval_s=interval_s)
+    save_actor(path, kernels=kernels, biases=biases, interval_s=interval_s, mode=mode)
     return path
 
 
@@ -158,6 +160,22 @@ def test_action_mapping_bounds() -> None:
     assert next_base_prob(0.1, 1.0) == pytest.approx(0.1 * 2**ACTION_SCALE)
     assert next_base_prob(0.1, -5.0) == pytest.approx(0.1 / 2**ACTION_SCALE)  # a is clipped to [-1, 1]
     assert next_base_prob(0.9, 1.0) == P_MAX
+
+
+def test_residual_actor_sends_a_factor_on_the_pi_controllers_p(tmp_path: Path) -> None:
+    a = load_actor(constant_actor(tmp_path / "r.json", -1.0, mode="residual"))
+    assert a.mode == "residual" and load_actor(constant_actor(tmp_path / "s.json", 0.3)).mode == "step"
+    assert control_params("residual", 0.2, 0.0) == {"prob_scale": 1.0}  # a = 0: DualPI2 as it is
+    assert control_params("residual", 0.2, -3.0) == {"prob_scale": pytest.approx(2 ** -RESIDUAL_SCALE)}
+    assert control_params("residual", 0.2, 1.0) == {"prob_scale": pytest.approx(2 ** RESIDUAL_SCALE)}
+    assert control_params("step", 0.2, 1.0) == {"base_prob": next_base_prob(0.2, 1.0)}
+    # An actor file claiming another residual scale is refused (trained for another mapping).
+    doc = json.loads((tmp_path / "r.json").read_text())
+    doc["action"]["scale"] = 2.0
+    from ccswitch.models.policy import write_signed
+    write_signed(tmp_path / "r2.json", doc)
+    with pytest.raises(ActorError, match="trained for another action mapping"):
+        load_actor(tmp_path / "r2.json")
 
 
 # The computation as it was before issue 14 made it cheaper, kept verbatim: the loop's fast path must
@@ -424,6 +442,37 @@ def test_agent_sets_reach_linkemu_within_an_interval_and_a_dead_agent_hands_back
     assert q["lease_expiries"] == 1 and q["manual_updates"] > 0
     rows = (tmp_path / "agent.csv").read_text().splitlines()
     assert rows[0].split(",")[:2] == ["t_s", "p_prime"] and len(rows) >= 6
+
+
+@pytest.mark.kernel
+def test_residual_agent_scales_the_running_pi_controller_and_stop_hands_back(tmp_path: Path) -> None:
+    from ccswitch.testbed.runs.dualpi2_agent import AgentLoop
+    from ccswitch.testbed.runs.emulator import Emulator, dualpi2, emulator_config, link
+    from ccswitch.testbed.runs.linkemu_control import LinkemuControl
+    from ccswitch.testbed.runs.topology import Topology
+
+    interval = 0.02
+    actor = load_actor(constant_actor(tmp_path / "r.json", -1.0, interval, mode="residual"))  # x 2**-1
+    sock = tmp_path / "linkemu.sock"
+    with Topology(1) as topo:
+        cfg = emulator_config(topo.client_ifs, topo.server_if, uplink=link(20, 5, qdisc=dualpi2()),
+                              downlink=link(20, 5), control={"socket": str(sock)})
+        with Emulator(topo.router, cfg, stats_dir=tmp_path / "emu"), LinkemuControl(sock) as ctl:
+            with AgentLoop(sock, actor, rate_mbit=20, direction="uplink", log_csv=tmp_path / "agent.csv") as loop:
+                deadline = time.monotonic() + 3.0
+                while loop.steps < 5 and time.monotonic() < deadline:
+                    time.sleep(interval / 2)
+                up = ctl.state("uplink")["uplink"]
+                assert loop.error is None and loop.steps >= 5
+                # The PI controller keeps running (pi stays "auto"); p' is its value times the factor.
+                assert up["pi"] == "auto" and up["prob_scale"] == pytest.approx(0.5)
+                assert up["base_prob"] == pytest.approx(up["prob_scale"] * up["pi_base_prob"], abs=1e-12)
+                assert up["hold_left_ms"] > 0
+            up = ctl.state("uplink")["uplink"]  # stop() sent "auto": the factor is 1 again
+            assert up["prob_scale"] == 1.0 and up["base_prob"] == up["pi_base_prob"]
+    rows = (tmp_path / "agent.csv").read_text().splitlines()
+    assert rows[0].split(",")[-2] == "prob_scale_set"
+    assert {float(r.split(",")[-2]) for r in rows[1:]} == {0.5}
 
 
 @pytest.mark.kernel

@@ -1,4 +1,5 @@
-"""Paper 000's agent beside linkemu: sets DualPI2's p' from an actor file every control interval.
+"""Paper 000's agent beside linkemu: sets DualPI2's p' (or a factor on the PI's p') from an actor file every
+control interval.
 
 The observation, action mapping, reward and the actor file are defined in
 :mod:`ccswitch.models.dualpi2_actor` (module docstring: what the agent sees and
@@ -23,7 +24,7 @@ from ccswitch.models.dualpi2_actor import (
     STATE_KEYS,
     Actor,
     Observer,
-    next_base_prob,
+    control_params,
     reward,
 )
 
@@ -89,12 +90,13 @@ class AgentLoop:
         if self.log_csv is not None:
             out = self.log_csv.open("w", newline="")
             writer = csv.writer(out)
-            writer.writerow(["t_s", *OBS_FEATURES, "action", "base_prob_set", "reward"])
+            sent = "prob_scale_set" if self.actor.mode == "residual" else "base_prob_set"
+            writer.writerow(["t_s", *OBS_FEATURES, "action", sent, "reward"])
         hold_ms = LEASE_INTERVALS * self.interval_s * 1000
         # What every step calls, looked up once (the step's CPU is the loop's cost: issue 14).
         direction, interval_s, stopped, wait = self.direction, self.interval_s, self._stop.is_set, self._stop.wait
         state, post_set = self._ctl.state, self._ctl.post_set
-        update, act = self.observer.update, self.actor.act
+        update, act, mode = self.observer.update, self.actor.act, self.actor.mode
         thread_time, monotonic = time.thread_time, time.monotonic
         fields: tuple[str, ...] | None = STATE_KEYS  # only what the observation reads: a short answer
         next_t = monotonic()
@@ -112,12 +114,13 @@ class AgentLoop:
                     st = state(direction)
                 obs, raw = update(st[direction], float(st["t_s"]))
                 a = act(obs)
-                p_new = next_base_prob(raw["p_prime"], a)
+                sent = control_params(mode, raw["p_prime"], a)
                 # Not waited for: its answer is read (and a refusal raised) with the next state.
-                post_set(direction, base_prob=p_new, hold_ms=hold_ms)
+                post_set(direction, **sent, hold_ms=hold_ms)
                 self.steps += 1
                 if writer is not None:
-                    writer.writerow([f"{st['t_s']:.4f}", *(f"{x:.5g}" for x in obs), f"{a:.4f}", f"{p_new:.6g}",
+                    value = next(iter(sent.values()))
+                    writer.writerow([f"{st['t_s']:.4f}", *(f"{x:.5g}" for x in obs), f"{a:.4f}", f"{value:.6g}",
                                      f"{reward(raw, self.actor.target_ms):.4f}"])
                 self.cpu_s += thread_time() - c0
                 next_t += interval_s

@@ -264,6 +264,7 @@ class LinkemuControl:
         default_limit_pkts: int | None = None,
         flows: Sequence[Mapping[str, Any]] | None = None,
         base_prob: float | str | None = None,
+        prob_scale: float | None = None,
         k: float | None = None,
         hold_ms: float | None = None,
     ) -> dict[str, Any]:
@@ -272,12 +273,14 @@ class LinkemuControl:
         lfq: *default_limit_pkts* (flows that start later) and *flows*, each
         ``{"queue": Q, "limit_pkts": N}`` or ``{"key": {"src", "dst", "proto", "sport", "dport"},
         "limit_pkts": N}`` (a flow's ``key`` from :meth:`state` works as is).  dualpi2:
-        *base_prob* (0..1 fixes p', ``"auto"`` gives it back to the PI controller), *hold_ms* (with a
-        numeric base_prob: a lease, after which the PI controller takes p' back unless renewed) and *k*.
+        *base_prob* (0..1 fixes p', ``"auto"`` gives it back to the PI controller), *prob_scale* (1/16..16:
+        the PI controller keeps running and p' is its value times this; a residual agent's action),
+        *hold_ms* (with a numeric base_prob or a prob_scale: a lease, after which the PI controller alone
+        sets p' again unless renewed) and *k*.
         """
         req: dict[str, Any] = {"op": "set", "dir": _direction(direction)}
-        for name, value in (("default_limit_pkts", default_limit_pkts), ("base_prob", base_prob), ("k", k),
-                            ("hold_ms", hold_ms)):
+        for name, value in (("default_limit_pkts", default_limit_pkts), ("base_prob", base_prob),
+                            ("prob_scale", prob_scale), ("k", k), ("hold_ms", hold_ms)):
             if value is not None:
                 req[name] = value
         if flows is not None:

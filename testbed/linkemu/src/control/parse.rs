@@ -14,7 +14,10 @@ use crate::packet::Dir;
 use crate::qdisc::control::{BaseProb, FlowLimit, FlowSel, SetParams};
 
 const STATE_FIELDS: &[&str] = &["op", "id", "dir", "max_flows", "fields"];
-const SET_FIELDS: &[&str] = &["op", "id", "dir", "default_limit_pkts", "flows", "base_prob", "k", "hold_ms"];
+const SET_FIELDS: &[&str] =
+    &["op", "id", "dir", "default_limit_pkts", "flows", "base_prob", "prob_scale", "k", "hold_ms"];
+/// Range of a residual agent's factor on the PI controller's p' (`prob_scale`).
+const PROB_SCALE_RANGE: (f64, f64) = (1.0 / 16.0, 16.0);
 /// Longest lease of a fixed DualPI2 base probability (`hold_ms`), ms.
 const MAX_HOLD_MS: f64 = 60_000.0;
 
@@ -90,6 +93,21 @@ fn parse_object(m: &Map<String, Value>) -> Result<Request, String> {
                         .ok_or_else(|| format!("base_prob: must be a number (0..1) or \"auto\", got {}", short(v)))?,
                 )),
             };
+            p.prob_scale = m
+                .get("prob_scale")
+                .map(|v| match v.as_f64() {
+                    Some(f) if f.is_finite() && (PROB_SCALE_RANGE.0..=PROB_SCALE_RANGE.1).contains(&f) => Ok(f),
+                    _ => Err(format!(
+                        "prob_scale: must be a number in [{}, {}] (1: the PI controller alone), got {}",
+                        PROB_SCALE_RANGE.0,
+                        PROB_SCALE_RANGE.1,
+                        short(v)
+                    )),
+                })
+                .transpose()?;
+            if p.prob_scale.is_some() && p.base_prob.is_some() {
+                return Err("prob_scale: not with base_prob in one set (a factor on the PI's p', or p' itself)".into());
+            }
             p.k = m
                 .get("k")
                 .map(|v| v.as_f64().ok_or_else(|| format!("k: must be a number, got {}", short(v))))
@@ -101,11 +119,13 @@ fn parse_object(m: &Map<String, Value>) -> Result<Request, String> {
                     _ => Err(format!("hold_ms: must be a number of ms in (0, {MAX_HOLD_MS}], got {}", short(v))),
                 })
                 .transpose()?;
-            if p.hold_ms.is_some() && !matches!(p.base_prob, Some(BaseProb::Fixed(_))) {
-                return Err("hold_ms: only with a numeric base_prob (it is the lease of that value)".into());
+            if p.hold_ms.is_some() && !matches!(p.base_prob, Some(BaseProb::Fixed(_))) && p.prob_scale.is_none() {
+                return Err(
+                    "hold_ms: only with a numeric base_prob or a prob_scale (it is the lease of that value)".into()
+                );
             }
             if p.present().is_empty() {
-                return Err("set: nothing to set (fields: default_limit_pkts, flows, base_prob, k)".into());
+                return Err("set: nothing to set (fields: default_limit_pkts, flows, base_prob, prob_scale, k)".into());
             }
             Ok(Request::Set { dir, params: p })
         }

@@ -181,7 +181,10 @@ fn bad_requests_get_one_line_errors_and_change_nothing() {
         (r#"{"op": "state", "fields": ["k", 2]}"#, "fields[1]: must be a key name (1..64 characters), got 2"),
         (r#"{"op": "state", "fields": [""]}"#, "fields[0]: must be a key name (1..64 characters), got \"\""),
         (r#"{"op": "set", "flows": []}"#, "dir: missing (\"uplink\" or \"downlink\")"),
-        (r#"{"op": "set", "dir": "uplink"}"#, "set: nothing to set (fields: default_limit_pkts, flows, base_prob, k)"),
+        (
+            r#"{"op": "set", "dir": "uplink"}"#,
+            "set: nothing to set (fields: default_limit_pkts, flows, base_prob, prob_scale, k)",
+        ),
         (
             r#"{"op": "set", "dir": "uplink", "flows": {}}"#,
             "flows: must be an array of {queue | key, limit_pkts}, got an object",
@@ -226,7 +229,7 @@ fn bad_requests_get_one_line_errors_and_change_nothing() {
         ),
         (
             r#"{"op": "set", "dir": "downlink", "default_limit_pkts": 10}"#,
-            "default_limit_pkts: not settable on dualpi2 (settable: base_prob, k, hold_ms)",
+            "default_limit_pkts: not settable on dualpi2 (settable: base_prob, prob_scale, k, hold_ms)",
         ),
         (
             r#"{"op": "set", "dir": "downlink", "base_prob": 0.1, "hold_ms": 0}"#,
@@ -234,7 +237,19 @@ fn bad_requests_get_one_line_errors_and_change_nothing() {
         ),
         (
             r#"{"op": "set", "dir": "downlink", "k": 2, "hold_ms": 100}"#,
-            "hold_ms: only with a numeric base_prob (it is the lease of that value)",
+            "hold_ms: only with a numeric base_prob or a prob_scale (it is the lease of that value)",
+        ),
+        (
+            r#"{"op": "set", "dir": "downlink", "prob_scale": 0}"#,
+            "prob_scale: must be a number in [0.0625, 16] (1: the PI controller alone), got 0",
+        ),
+        (
+            r#"{"op": "set", "dir": "downlink", "prob_scale": 2, "base_prob": 0.1}"#,
+            "prob_scale: not with base_prob in one set (a factor on the PI's p', or p' itself)",
+        ),
+        (
+            r#"{"op": "set", "dir": "uplink", "prob_scale": 2}"#,
+            "prob_scale: not settable on lfq (settable: default_limit_pkts, flows)",
         ),
         (r#"{"op": "set", "dir": "downlink", "k": 0.1}"#, "k: must be in [0.5, 64] (RFC 9332 uses 2), got 0.1"),
     ] {
@@ -261,7 +276,7 @@ fn bad_requests_get_one_line_errors_and_change_nothing() {
     .unwrap();
     assert_eq!(
         error(&mut p, r#"{"op": "set", "dir": "uplink", "k": 2}"#),
-        "k: pfifo has no parameters settable at run time (lfq: default_limit_pkts, flows; dualpi2: base_prob, k, hold_ms)"
+        "k: pfifo has no parameters settable at run time (lfq: default_limit_pkts, flows; dualpi2: base_prob, prob_scale, k, hold_ms)"
     );
     assert_eq!(ask(&mut p, r#"{"op": "state"}"#)["uplink"]["kind"], "pfifo");
 }

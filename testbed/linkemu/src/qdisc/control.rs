@@ -101,9 +101,11 @@ pub struct SetParams {
     pub flows: Vec<FlowLimit>,
     /// dualpi2: p' override, or "auto".
     pub base_prob: Option<BaseProb>,
+    /// dualpi2: a residual agent's factor on the PI controller's p'.
+    pub prob_scale: Option<f64>,
     /// dualpi2: coupling factor.
     pub k: Option<f64>,
-    /// dualpi2: how long a fixed `base_prob` holds without a newer `set`
+    /// dualpi2: how long a fixed `base_prob` or a `prob_scale` holds without a newer `set`
     /// (a lease: an agent that dies or hangs hands p' back to the PI
     /// controller); None: until "auto".
     pub hold_ms: Option<f64>,
@@ -121,6 +123,9 @@ impl SetParams {
         }
         if self.base_prob.is_some() {
             v.push("base_prob");
+        }
+        if self.prob_scale.is_some() {
+            v.push("prob_scale");
         }
         if self.k.is_some() {
             v.push("k");

@@ -244,14 +244,23 @@ pub struct Counters {
     pub lease_expiries: u64,
     /// PI updates during which p' was fixed through the control socket.
     pub manual_updates: u64,
+    /// PI updates whose p' a residual agent scaled (`prob_scale` != 1).
+    pub scaled_updates: u64,
 }
 
 pub struct DualPi2 {
     prm: Params,
     /// [C, L]
     q: [Fifo; 2],
-    /// Base probability p'.
+    /// Base probability p' (the one applied).
     p: f64,
+    /// The PI controller's own p' (its integrator): equal to `p` unless a
+    /// residual agent scales it (`prob_scale`), or `p` is fixed (`manual`).
+    p_pi: f64,
+    /// A residual agent's factor on the PI controller's p' (1: PI alone).
+    scale: f64,
+    /// ... until this instant (the `set`'s `hold_ms` lease), or for good (None).
+    scale_until: Option<Nanos>,
     /// p' is fixed by the control socket (the PI controller is paused).
     manual: bool,
     /// ... until this instant (the `set`'s `hold_ms` lease), or for good (None).
@@ -278,6 +287,9 @@ impl DualPi2 {
             prm,
             q: [Fifo::default(), Fifo::default()],
             p: 0.0,
+            p_pi: 0.0,
+            scale: 1.0,
+            scale_until: None,
             manual: false,
             manual_until: None,
             q_prev: 0,
@@ -325,6 +337,7 @@ impl DualPi2 {
     /// Set p' (tests).
     pub fn set_p_prime(&mut self, p: f64) {
         self.p = p;
+        self.p_pi = p;
     }
 
     /// The class a packet belongs to.
@@ -346,11 +359,14 @@ impl DualPi2 {
     }
 
     /// One PI update (RFC 9332 Figure 5 with Linux's max over both heads).
+    ///
+    /// The integrator is `p_pi`; the applied p' is `p_pi` itself, or `p_pi`
+    /// times a residual agent's `scale`, or a value fixed by an agent.
     pub fn update(&mut self, now: Nanos) {
         let qd = self.head_delay(C, now).max(self.head_delay(L, now));
         let s = |ns: Nanos| ns as f64 / 1e9;
         let mut p =
-            self.p + self.prm.alpha_hz * (s(qd) - s(self.prm.target)) + self.prm.beta_hz * (s(qd) - s(self.q_prev));
+            self.p_pi + self.prm.alpha_hz * (s(qd) - s(self.prm.target)) + self.prm.beta_hz * (s(qd) - s(self.q_prev));
         p = p.clamp(0.0, self.p_ceiling());
         if self.manual && self.manual_until.is_some_and(|until| now >= until) {
             // The agent did not renew its lease: the PI controller takes over from this update.
@@ -358,9 +374,22 @@ impl DualPi2 {
             self.manual_until = None;
             self.counters.lease_expiries += 1;
         }
+        if self.scale != 1.0 && self.scale_until.is_some_and(|until| now >= until) {
+            // Same for a residual agent's factor: PI alone again.
+            self.scale = 1.0;
+            self.scale_until = None;
+            self.counters.lease_expiries += 1;
+        }
         if self.manual {
             self.counters.manual_updates += 1;
             p = self.p; // fixed through the control socket: the PI controller only watches
+            self.p_pi = p;
+        } else {
+            self.p_pi = p;
+            if self.scale != 1.0 {
+                self.counters.scaled_updates += 1;
+                p = (p * self.scale).clamp(0.0, self.p_ceiling());
+            }
         }
         self.p = p;
         self.q_prev = qd;
@@ -551,6 +580,7 @@ impl Qdisc for DualPi2 {
             "pi_updates": c.updates,
             "overload_updates": c.overload_updates,
             "manual_updates": c.manual_updates,
+            "scaled_updates": c.scaled_updates,
             "lease_expiries": c.lease_expiries,
             "packets_in": {"classic": c.packets_in[C], "l4s": c.packets_in[L]},
             "limit_drops": {"classic": c.limit_drops[C], "l4s": c.limit_drops[L]},

@@ -230,7 +230,7 @@ pub trait Qdisc: Send {
     fn control_set(&mut self, set: &SetParams, _now: Nanos) -> Result<SetApplied, String> {
         let field = set.present().first().copied().unwrap_or("set");
         Err(format!(
-            "{field}: {} has no parameters settable at run time (lfq: default_limit_pkts, flows; dualpi2: base_prob, k, hold_ms)",
+            "{field}: {} has no parameters settable at run time (lfq: default_limit_pkts, flows; dualpi2: base_prob, prob_scale, k, hold_ms)",
             self.kind()
         ))
     }

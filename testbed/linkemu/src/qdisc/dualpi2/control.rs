@@ -19,6 +19,15 @@
 //! controller (counted in `lease_expiries`), so a router agent that dies or
 //! hangs leaves plain DualPI2 behind, not a frozen p'.  `k` (0.5..64, as the config) changes the coupling at once;
 //! without drop_on_overload a p' above the new 1/k is lowered to it.
+//!
+//! `prob_scale` (1/16..16) is a residual agent's factor: the PI controller
+//! keeps integrating its own p' (`pi_base_prob`) from the queue delay, and the
+//! p' applied is that times the factor (capped like p'), from now until the
+//! next `set`; 1 is the PI controller alone.  It ends a fixed `base_prob`;
+//! `base_prob` (a number or "auto") resets it to 1.  With `hold_ms` it is a
+//! lease like a fixed p' (the factor falls back to 1).  Because the PI
+//! integrator stays in the loop, a residual agent shapes how p' moves, but the
+//! queue delay it settles at is still the PI target's.
 
 use super::{Classifier, DualPi2, Scheduler, C, L};
 use crate::qdisc::control::{BaseProb, QdiscState, Scalar, SetApplied, SetParams};
@@ -36,10 +45,12 @@ impl DualPi2 {
         s.params = vec![
             ("base_prob", Scalar::F(self.p)),
             ("pi", Scalar::S(if self.manual { "manual" } else { "auto" })),
+            ("pi_base_prob", Scalar::F(self.p_pi)),
+            ("prob_scale", Scalar::F(self.scale)),
             (
                 "hold_left_ms",
-                Scalar::F(match (self.manual, self.manual_until) {
-                    (true, Some(until)) => ms(until.saturating_sub(now)),
+                Scalar::F(match (self.manual, self.manual_until, self.scale_until) {
+                    (true, Some(until), _) | (false, _, Some(until)) => ms(until.saturating_sub(now)),
                     _ => -1.0,
                 }),
             ),
@@ -65,6 +76,7 @@ impl DualPi2 {
             ("drop_on_overload", Scalar::B(self.prm.drop_on_overload)),
             ("pi_updates", Scalar::U(c.updates)),
             ("manual_updates", Scalar::U(c.manual_updates)),
+            ("scaled_updates", Scalar::U(c.scaled_updates)),
             ("lease_expiries", Scalar::U(c.lease_expiries)),
             ("overload_updates", Scalar::U(c.overload_updates)),
             ("classic_packets_in", Scalar::U(c.packets_in[C])),
@@ -82,9 +94,9 @@ impl DualPi2 {
         s
     }
 
-    /// `base_prob` and `k` (module comment); all or nothing.
+    /// `base_prob`, `prob_scale` and `k` (module comment); all or nothing.
     pub(super) fn set_from_control(&mut self, set: &SetParams, now: Nanos) -> Result<SetApplied, String> {
-        set.only("dualpi2", &["base_prob", "k", "hold_ms"])?;
+        set.only("dualpi2", &["base_prob", "prob_scale", "k", "hold_ms"])?;
         if let Some(k) = set.k {
             if !(k.is_finite() && (0.5..=64.0).contains(&k)) {
                 return Err(format!("k: must be in [0.5, 64] (RFC 9332 uses 2), got {k}"));
@@ -104,11 +116,17 @@ impl DualPi2 {
             self.prm.k = k;
             applied.params.push(("k", Scalar::F(k)));
             self.p = self.p.min(self.p_ceiling());
+            self.p_pi = self.p_pi.min(self.p_ceiling());
+        }
+        if set.base_prob.is_some() {
+            self.scale = 1.0;
+            self.scale_until = None;
         }
         match set.base_prob {
             Some(BaseProb::Fixed(p)) => {
                 applied.params.push(("base_prob_was", Scalar::F(self.p)));
                 self.p = p;
+                self.p_pi = p;
                 self.manual = true;
                 self.manual_until = set.hold_ms.map(|h| now + (h * 1e6) as Nanos);
                 if let Some(h) = set.hold_ms {
@@ -120,6 +138,18 @@ impl DualPi2 {
                 self.manual_until = None;
             }
             None => {}
+        }
+        if let Some(f) = set.prob_scale {
+            applied.params.push(("prob_scale_was", Scalar::F(self.scale)));
+            self.manual = false;
+            self.manual_until = None;
+            self.scale = f;
+            self.scale_until = set.hold_ms.map(|h| now + (h * 1e6) as Nanos);
+            self.p = (self.p_pi * f).clamp(0.0, self.p_ceiling());
+            applied.params.push(("prob_scale", Scalar::F(f)));
+            if let Some(h) = set.hold_ms {
+                applied.params.push(("hold_ms", Scalar::F(h)));
+            }
         }
         applied.params.push(("base_prob", Scalar::F(self.p)));
         applied.params.push(("pi", Scalar::S(if self.manual { "manual" } else { "auto" })));
@@ -167,6 +197,55 @@ mod tests {
     }
 
     #[test]
+    fn prob_scale_multiplies_the_pi_controllers_p_which_keeps_integrating() {
+        // Two identical queues with a standing Classic backlog: one PI alone, one with a factor of 0.5.
+        let standing = || {
+            let mut q = DualPi2::new(Params::default(), 1);
+            for i in 0..50 {
+                q.enqueue(Packet::from_frame(&build::ipv4_udp([2; 6], [4; 6], 1500, Ecn::NotEct), 0), i).unwrap();
+            }
+            q
+        };
+        let (mut alone, mut scaled) = (standing(), standing());
+        let hold = SetParams { prob_scale: Some(0.5), hold_ms: Some(200.0), ..Default::default() };
+        let a = scaled.set_from_control(&hold, 0).unwrap();
+        assert_eq!((get(&a.params, "prob_scale_was"), get(&a.params, "prob_scale")), (Scalar::F(1.0), Scalar::F(0.5)));
+        let mut t = 0;
+        for _ in 0..10 {
+            t += 16_000_000;
+            alone.on_timer(t);
+            scaled.on_timer(t);
+        }
+        // The integrator is the same as PI alone's (the queue did not move: no service here) ...
+        let s = scaled.state_for_control(t);
+        assert_eq!(get(&s.params, "pi_base_prob"), Scalar::F(alone.p_prime()));
+        // ... and the p' applied is half of it.
+        assert!((scaled.p_prime() - 0.5 * alone.p_prime()).abs() < 1e-12, "{} {}", scaled.p_prime(), alone.p_prime());
+        assert!(alone.p_prime() > 0.01);
+        assert!(matches!(get(&s.params, "hold_left_ms"), Scalar::F(h) if (30.0..=40.0).contains(&h)), "{s:?}");
+        // The lease runs out at the first update at or after 200 ms: the factor falls back to 1.
+        for _ in 0..3 {
+            t += 16_000_000;
+            alone.on_timer(t);
+            scaled.on_timer(t);
+        }
+        assert_eq!(scaled.p_prime(), alone.p_prime());
+        assert_eq!(get(&scaled.state_for_control(t).params, "prob_scale"), Scalar::F(1.0));
+        assert_eq!(scaled.counters.lease_expiries, 1);
+        assert_eq!(scaled.counters.scaled_updates, 11); // the first timer only starts the PI grid
+                                                        // A fixed p' resets the factor; a factor ends a fixed p'.
+        scaled.set_from_control(&SetParams { prob_scale: Some(2.0), ..Default::default() }, t).unwrap();
+        scaled
+            .set_from_control(&SetParams { base_prob: Some(BaseProb::Fixed(0.02)), ..Default::default() }, t)
+            .unwrap();
+        let s = scaled.state_for_control(t);
+        assert_eq!((get(&s.params, "prob_scale"), get(&s.params, "pi")), (Scalar::F(1.0), Scalar::S("manual")));
+        scaled.set_from_control(&SetParams { prob_scale: Some(2.0), ..Default::default() }, t).unwrap();
+        assert_eq!(get(&scaled.state_for_control(t).params, "pi"), Scalar::S("auto"));
+        assert!((scaled.p_prime() - 0.04).abs() < 1e-12, "2 x the integrator's 0.02: {}", scaled.p_prime());
+    }
+
+    #[test]
     fn a_lease_that_is_not_renewed_hands_p_back_to_the_pi_controller() {
         let mut q = DualPi2::new(Params::default(), 1);
         for i in 0..50 {
@@ -210,7 +289,7 @@ mod tests {
         assert!(q.control_set(&bad, 0).unwrap_err().starts_with("k: must be in [0.5, 64]"));
         assert_eq!((q.p_prime(), q.params().k, q.manual), (0.0, 2.0, false));
         let e = q.control_set(&SetParams { default_limit_pkts: Some(5), ..Default::default() }, 0).unwrap_err();
-        assert_eq!(e, "default_limit_pkts: not settable on dualpi2 (settable: base_prob, k, hold_ms)");
+        assert_eq!(e, "default_limit_pkts: not settable on dualpi2 (settable: base_prob, prob_scale, k, hold_ms)");
         // Without drop_on_overload p' stays within 1/k.
         let mut q = DualPi2::new(Params { drop_on_overload: false, ..Params::default() }, 1);
         let e = q.control_set(&SetParams { base_prob: Some(BaseProb::Fixed(0.6)), ..Default::default() }, 0);
