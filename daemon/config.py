@@ -196,6 +196,9 @@ KEYS: tuple[Key, ...] = (
         "counts as loss-limited.", _gt(0.0)),
     Key("guard", "escape_after_s", 3.0, "Starvation escape: how long a flow stays loss-limited before it moves, s.",
         _ge(0.0)),
+    Key("guard", "escape_max_rtt_ratio", float("inf"), "Starvation escape: only a flow whose RTT is below this "
+        "multiple of its minimum RTT counts as loss-limited (loss without a standing queue: the medium's, not a "
+        "competitor's; inf = no such gate).", _gt(1.0)),
     Key("guard", "escape_to", "bbr", "Starvation escape: the CCA a loss-limited flow moves to (one the policy "
         "may choose; a CCA that does not back off on loss).",
         lambda v: None if v and v not in ("cubic", "reno") else f"must be a CCA that does not back off on loss "

@@ -411,7 +411,8 @@ class Controller:
         lb_codes = np.array([n in LOSS_BASED for n in names], dtype=bool)
         loss = agg.column("loss_rate")[managed_rows].astype(np.float64)
         cwnd = agg.column("cwnd_segs")[managed_rows].astype(np.float64)
-        due = esc.update(mslots, lb_codes[codes[managed_rows]], loss, cwnd, now)
+        rr = agg.column("rtt_ratio")[managed_rows].astype(np.float64)
+        due = esc.update(mslots, lb_codes[codes[managed_rows]], loss, cwnd, now, rr)
         ids = agg.column("flow_id")
         out: dict[int, Proposal] = {}
         for k in np.flatnonzero(due).tolist():

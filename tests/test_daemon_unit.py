@@ -526,15 +526,16 @@ def test_refused_switch_holds_off_warns_once_and_recovers(caplog: pytest.LogCapt
 class LossyPlane(FakePlane):
     """FakePlane whose flows also report a loss rate (retransmitted / sent) and a cwnd per flow."""
 
-    def __init__(self, ccas: dict[int, str], loss: dict[int, float], cwnd: dict[int, float]):
+    def __init__(self, ccas: dict[int, str], loss: dict[int, float], cwnd: dict[int, float],
+                 rtt_ratio: dict[int, float] | None = None):
         super().__init__(ccas, {"cubic": 2.0, "reno": 2.0, "bbr": 20.0, "pcc": 10.0})
-        self.loss, self.cwnd = loss, cwnd
+        self.loss, self.cwnd, self.rtt_ratio = loss, cwnd, rtt_ratio or {}
 
     def sample(self) -> pa.Table:
         return _table([{"flow_id": f, "dst": self.dst, "cca": c, "state": 1, "interval_s": 1.0,
                         "throughput_bps": self.mbps[c] * 1e6, "rtt_us": 40e3, "sndq_bytes": 1000,
                         "sent_segs": 1000, "retrans_segs": round(1000 * self.loss[f]), "loss_rate": self.loss[f],
-                        "rtt_ratio": 2.0,
+                        "rtt_ratio": self.rtt_ratio.get(f, 2.0),
                         "cwnd_segs": self.cwnd[f]} for f, c in self.cca.items()])
 
 
@@ -572,6 +573,25 @@ def test_starvation_escape_off_by_default_and_reset_by_a_good_interval() -> None
     plane.loss[1] = 0.08
     seen = _run(ctl, clock, 6)
     assert seen.index("bbr") == 3 and ctl.stats.escapes == 1
+
+
+def test_starvation_escape_rtt_gate_moves_only_flows_without_a_standing_queue() -> None:
+    """With escape_max_rtt_ratio 1.3: flow 1 loss-limited at RTT 1.1 x min (random loss, no queue) escapes;
+    flow 2, equally loss-limited at 2.5 x min (a queue-filling competitor), stays; flow 3 at 1.1 x min on most
+    decisions but 2.0 on one starts its count again from that decision."""
+    plane = LossyPlane({1: "cubic", 2: "cubic", 3: "cubic"}, {1: 0.03, 2: 0.03, 3: 0.03}, {1: 8, 2: 8, 3: 8},
+                       {1: 1.1, 2: 2.5, 3: 1.1})
+    guard = {**ESCAPE_GUARD, "escape_loss": 0.02, "escape_cwnd_segs": 12.0, "escape_max_rtt_ratio": 1.3}
+    ctl, clock = _controller(plane, {"kind": "static", "static_cca": "cubic"}, guard)
+    _run(ctl, clock, 2)  # stuck at t = 0, 1
+    plane.rtt_ratio[3] = 2.0
+    _run(ctl, clock, 1)  # t = 2: flow 3's queue shows: not stuck
+    plane.rtt_ratio[3] = 1.1
+    _run(ctl, clock, 2)  # t = 3: flow 1 due (stuck since 0); flow 3 stuck again since t = 3
+    assert plane.cca == {1: "bbr", 2: "cubic", 3: "cubic"}
+    _run(ctl, clock, 4)  # t = 5..8: flow 3 due at t = 6
+    assert plane.cca == {1: "bbr", 2: "cubic", 3: "bbr"} and ctl.stats.escapes == 2
+    assert "RTT < 1.3 x min" in ctl.history[0]["reason"]
 
 
 def test_a_cca_leaving_the_kernel_is_logged_once_and_not_chosen(caplog: pytest.LogCaptureFixture) -> None:
