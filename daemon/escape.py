@@ -38,7 +38,10 @@ with no such host at 1.09 (p90 at most 1.44), at 19-36 % utilisation; on BBR the
 same flows made 9-19 Mbit/s against 1-3 on CUBIC.  Moving a flow that fills no
 queue takes nothing from anyone; moving one that competes with a queue-filler
 only starts a fight the other loss-based flows lose.  The ratio cannot see
-buffer sizes: behind a very shallow buffer (0.3 BDP) a hog keeps it low too.  A flow not stuck on a decision
+buffer sizes: behind a very shallow buffer (0.3 BDP) a hog keeps it low too.
+Off by default as well: on dev (seed 1) it fired in 2 scenarios and the flow
+that escaped a lossy link took it from the managed flows that stayed (docs/learning.md,
+"The escape with an RTT gate").  A flow not stuck on a decision
 starts its count again.  Not kept across a restart (a restarted daemon sees
 the flow stuck again after escape_after_s).
 """
