@@ -121,6 +121,12 @@ def test_resume_keeps_the_guard_the_daemons_ran_with(tmp_path: Path) -> None:
         check_same_guard(tmp_path, [], now_default)
     # the same effective settings spelled differently are the same folder
     check_same_guard(tmp_path, ["eval_window_s=3", "jitter_s=0.0"], ran)
+    # a key the daemon gained since (absent from the record) is no change at its default, a change otherwise
+    older = {k: v for k, v in ran.items() if k != "escape_max_rtt_ratio"}
+    (tmp_path / "matrix.json").write_text(json.dumps({"guard": [], "guard_effective": older}))
+    check_same_guard(tmp_path, ["eval_window_s=3", "jitter_s=0.0"], ran)
+    with pytest.raises(MatrixError, match=r"escape_max_rtt_ratio=None; .*escape_max_rtt_ratio=1.5"):
+        check_same_guard(tmp_path, [], {**ran, "escape_max_rtt_ratio": 1.5})
     # a folder from before the effective record: the flags are compared
     (tmp_path / "matrix.json").write_text(json.dumps({"guard": ["jitter_s=0"]}))
     check_same_guard(tmp_path, ["jitter_s=0"], now_default)

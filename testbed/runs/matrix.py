@@ -274,12 +274,22 @@ class MatrixProgress:
 Runner = Callable[[Task], Outcome]
 
 
+def _guard_defaults() -> dict[str, Any]:
+    """The daemon's `[guard]` defaults (empty when its config module is not importable)."""
+    try:
+        from ccswitch.daemon.config import defaults
+    except ImportError:
+        return {}
+    return dict(defaults().values["guard"])
+
+
 def check_same_guard(results: Path, guard: Sequence[str], effective: dict[str, Any] | None) -> None:
     """A resumed folder keeps the guard its daemons ran with (MatrixError naming the difference).
 
     matrix.json records the effective `[guard]` table (defaults + --guard), so
-    a changed default of the daemon cannot slip into half of a folder's runs;
-    folders written before it recorded only the --guard flags, compared as such.
+    a changed default of the daemon cannot slip into half of a folder's runs
+    (a key added since, at its default, is no change); folders written before
+    it recorded only the --guard flags, compared as such.
     """
     previous = results / "matrix.json"
     if not previous.is_file():
@@ -290,7 +300,10 @@ def check_same_guard(results: Path, guard: Sequence[str], effective: dict[str, A
         return
     ran = before.get("guard_effective")
     if ran and effective is not None:
-        diff = sorted(k for k in set(ran) | set(effective) if ran.get(k) != effective.get(k))
+        # A key the daemon gained after the folder was written ran as if at its default (a new key's
+        # default keeps the old behaviour: daemon/config.py), so it is the same guard there.
+        added = {k for k in set(effective) - set(ran) if effective[k] == _guard_defaults().get(k, object())}
+        diff = sorted(k for k in (set(ran) | set(effective)) - added if ran.get(k) != effective.get(k))
         if diff:
             flags = " ".join(f"--guard {k}={ran[k]}" for k in diff if k in ran)
             raise MatrixError(f"{results} ran its daemons with guard {', '.join(f'{k}={ran.get(k)}' for k in diff)}; "
