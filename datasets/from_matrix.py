@@ -88,6 +88,13 @@ def _scenario_params(run_dir: Path) -> dict[str, Any]:
     return json.loads(m.group(1)) if m else {}
 
 
+def _seed_of(run_dir: Path) -> int | None:
+    """The seed of a run folder ``seed-N``; None for anything else (``seed-N.failed-M``: an attempt the
+    matrix runner set aside)."""
+    tail = run_dir.name.removeprefix("seed-")
+    return int(tail) if tail.isdigit() else None
+
+
 def _read_run(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -175,9 +182,9 @@ def corpus_from_matrix(results: str | Path, out: str | Path, *, ccas: Sequence[s
     for sdir in scenarios:
         for arm_dir, cca in arms.items():
             for run_dir in sorted((sdir / arm_dir).glob("seed-*")):
-                if not (run_dir / "summary.json").is_file():
-                    continue  # unfinished or failed: matrix run resumes it
-                seed = int(run_dir.name.removeprefix("seed-"))
+                seed = _seed_of(run_dir)
+                if seed is None or not (run_dir / "summary.json").is_file():
+                    continue  # unfinished, or an attempt set aside (seed-N.failed-M): matrix run resumes it
                 summary, flows = _read_run(run_dir)
                 managed = set(summary["meta"].get("daemon", {}).get("clients") or [])
                 kinds = {f["name"]: f.get("kind", "bulk") for f in summary["meta"]["flows"]}
@@ -268,11 +275,11 @@ def _deviation_captures(root: Path, dest: Path, bases: Sequence[Path], have: dic
     The "nobody deviates" capture is the population-on-CUBIC one, looked up in *bases* in order."""
     total = written = 0
     for run_dir in sorted(root.glob(f"*/{DEVIATE}-*/seed-*")):
-        dev = deviation(run_dir.parent.name)
-        if dev is None or not (run_dir / "summary.json").is_file():
-            continue  # not a deviation arm, or unfinished: matrix run resumes it
+        dev, seed = deviation(run_dir.parent.name), _seed_of(run_dir)
+        if dev is None or seed is None or not (run_dir / "summary.json").is_file():
+            continue  # not a deviation arm, unfinished or an attempt set aside: matrix run resumes it
         k, cca = dev
-        scenario, seed = run_dir.parent.parent.name, int(run_dir.name.removeprefix("seed-"))
+        scenario = run_dir.parent.parent.name
         summary, flows = _read_run(run_dir)
         kinds = {f["name"]: f.get("kind", "bulk") for f in summary["meta"]["flows"]}
         managed = set(summary["meta"].get("daemon", {}).get("clients") or [])

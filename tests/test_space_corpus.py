@@ -117,3 +117,11 @@ def test_ceiling_of_one_cca_per_condition(replay: ReplayCorpus) -> None:
     for g in set(o.groups):
         rows = o.static[o.groups == g]
         assert np.allclose(rows, rows[0], atol=0.05), g
+
+
+def test_from_matrix_reads_only_run_folders_not_attempts_set_aside() -> None:
+    """The matrix runner moves an interrupted attempt to seed-N.failed-M (kept, with whatever it wrote);
+    conversion takes seed-N folders only."""
+    from ccswitch.datasets.from_matrix import _seed_of
+
+    assert [_seed_of(Path(n)) for n in ("seed-1", "seed-12", "seed-1.failed-1", "seed-x")] == [1, 12, None, None]
