@@ -42,6 +42,7 @@ from ccswitch.models.dualpi2_actor import (
 from ccswitch.testbed.scenario import ScenarioError, load_scenario
 
 SHIPPED = Path(__file__).resolve().parents[1] / "models" / "dualpi2_a3c.json"
+STEP_ACTOR = SHIPPED.with_name("dualpi2_a3c_step.json")  # paper 000's mapping (the agent sets p'), 25 Nov
 
 
 def constant_actor(path: Path, action: float, interval_s: float = 0.02, mode: str = "step") -> Path:
@@ -369,7 +370,7 @@ def test_agent_loop_reads_only_its_fields_and_acts_as_on_the_whole_state(tmp_pat
     from ccswitch.testbed.runs.dualpi2_agent import AgentLoop
 
     fake = _FakeLinkemu(tmp_path / "ctl.sock", old=old, compact=compact)
-    actor = load_actor(SHIPPED)
+    actor = load_actor(STEP_ACTOR)  # sets base_prob, which the pre-issue-14 reference computes
     loop = AgentLoop(tmp_path / "ctl.sock", actor, rate_mbit=50, interval_s=0.005).start()
     deadline = time.monotonic() + 5.0
     while loop.steps < 12 and time.monotonic() < deadline:
