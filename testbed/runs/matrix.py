@@ -302,7 +302,8 @@ def check_same_guard(results: Path, guard: Sequence[str], effective: dict[str, A
     if ran and effective is not None:
         # A key the daemon gained after the folder was written ran as if at its default (a new key's
         # default keeps the old behaviour: daemon/config.py), so it is the same guard there.
-        added = {k for k in set(effective) - set(ran) if effective[k] == _guard_defaults().get(k, object())}
+        defaults = _guard_defaults() if set(effective) - set(ran) else {}
+        added = {k for k in set(effective) - set(ran) if k in defaults and effective[k] == defaults[k]}
         diff = sorted(k for k in (set(ran) | set(effective)) - added if ran.get(k) != effective.get(k))
         if diff:
             flags = " ".join(f"--guard {k}={ran[k]}" for k in diff if k in ran)
