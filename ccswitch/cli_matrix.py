@@ -46,6 +46,30 @@ def matrix_generate(space: str, split: str, count: int, seed: int, out: str) -> 
     click.echo(f"{len(files)} {split} scenarios -> {out} (index: {Path(out) / 'index.csv'})")
 
 
+@matrix.command("requeue")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@click.option("--queue", metavar="NAME", help="A router queue of the host-vs-network comparison "
+              "(pfifo, fq_codel, fq-100, dualpi2, vdq_csaqm, ...).")
+@click.option("--qdisc", metavar="INLINE", help='Or a scenario qdisc table, e.g. \'{ kind = "fq_codel" }\'.')
+@click.option("--out", type=click.Path(file_okay=False), required=True, help="Folder for the copies.")
+def matrix_requeue(directory: str, queue: str | None, qdisc: str | None, out: str) -> None:
+    """Copy DIRECTORY's scenarios with the router's (uplink) queue replaced, nothing else changed."""
+    from ccswitch.testbed.network_comparison import QUEUES
+    from ccswitch.testbed.scenario import ScenarioError
+    from ccswitch.testbed.scenario.requeue import requeue
+
+    if (queue is None) == (qdisc is None):
+        _fail(ValueError("give one of --queue NAME or --qdisc INLINE"))
+    if queue is not None and queue not in QUEUES:
+        _fail(ValueError(f"--queue {queue!r} is not a known router queue; known: {', '.join(QUEUES)}"))
+    table = QUEUES[queue] if queue is not None else str(qdisc)
+    try:
+        files = requeue(Path(directory), table, Path(out))
+    except (ScenarioError, OSError) as exc:
+        _fail(exc)
+    click.echo(f"{len(files)} scenarios with uplink qdisc {table} -> {out}")
+
+
 @matrix.command("run")
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--arms", default="static,dqn", show_default=True, help=ARMS_HELP)

@@ -1,0 +1,69 @@
+"""`ccswitch testbed matrix requeue` (testbed/scenario/requeue.py): the committed dev split behind
+another router queue, with nothing but the uplink queue changed, and its refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ccswitch.testbed.scenario import FqCodel, ScenarioError, load_scenario
+from ccswitch.testbed.scenario.requeue import requeue, with_uplink_qdisc
+
+REPO = Path(__file__).resolve().parents[1]
+DEV = REPO / "testbed" / "scenarios" / "matrix" / "dev"
+FQ_CODEL = '{ kind = "fq_codel" }'
+
+
+def test_dev_split_behind_fq_codel_changes_only_the_uplink_queue(tmp_path: Path) -> None:
+    files = requeue(DEV, FQ_CODEL, tmp_path / "out")
+    assert len(files) == len(list(DEV.glob("*.toml"))) >= 30
+    kinds_before = set()
+    for f in files:
+        before, after = load_scenario(DEV / f.name), load_scenario(f)
+        kinds_before.add(type(before.link.uplink.qdisc).__name__)
+        assert isinstance(after.link.uplink.qdisc, FqCodel), f.name
+        # everything else parses to the same scenario (trace paths resolve to the copied traces)
+        up_b = dataclasses.replace(before.link.uplink, qdisc=None, trace=None)
+        up_a = dataclasses.replace(after.link.uplink, qdisc=None, trace=None)
+        assert up_a == up_b, f.name
+        assert after.link.downlink == before.link.downlink
+        assert after.flows == before.flows and after.daemon == before.daemon and after.name == before.name
+        if before.link.uplink.trace is not None:
+            assert after.link.uplink.trace is not None
+            assert after.link.uplink.trace.read_bytes() == before.link.uplink.trace.read_bytes()
+    # the split mixes pfifo, CoDel and DualPI2 bottlenecks: every kind was replaced, not only pfifo
+    assert {"Pfifo", "Codel", "DualPi2"} <= kinds_before
+    assert (tmp_path / "out" / "index.csv").read_text() == (DEV / "index.csv").read_text()
+    # idempotent: the same request on the same folder is accepted (a resumed matrix keeps its meaning)
+    assert len(requeue(DEV, FQ_CODEL, tmp_path / "out")) == len(files)
+
+
+def test_refusals_are_one_line_and_write_nothing(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="unknown value 'bogus'"):
+        requeue(DEV, '{ kind = "bogus" }', tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+    with pytest.raises(ScenarioError, match="no scenario files"):
+        requeue(tmp_path, FQ_CODEL, tmp_path / "x")
+    requeue(DEV, FQ_CODEL, tmp_path / "out")
+    with pytest.raises(ScenarioError, match=r"already holds .* another queue"):
+        requeue(DEV, '{ kind = "fq", flow_limit_pkts = 100 }', tmp_path / "out")
+    with pytest.raises(ScenarioError, match=r"no \[link\.uplink\]"):
+        with_uplink_qdisc('name = "x"\n[link]\nemulator = "linkemu"\n', FQ_CODEL)
+
+
+def test_uplink_without_a_qdisc_line_gets_one() -> None:
+    text = '[link]\nemulator = "linkemu"\n[link.uplink]\nrate_mbit = 10\n[link.downlink]\nqdisc = { kind = "pfifo" }\n'
+    out = with_uplink_qdisc(text, FQ_CODEL)
+    assert out.split("\n")[4] == f"qdisc = {FQ_CODEL}"
+    assert out.count("kind = \"pfifo\"") == 1  # the downlink's queue is untouched
+
+
+def test_cli_names_the_known_queues() -> None:
+    r = subprocess.run([sys.executable, "-m", "ccswitch.cli", "testbed", "matrix", "requeue", str(DEV),
+                        "--queue", "nope", "--out", "/nonexistent/x"], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert r.stderr.count("\n") == 1 and "fq_codel" in r.stderr and "nope" in r.stderr
