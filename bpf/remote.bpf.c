@@ -56,8 +56,9 @@
  * time-step env: ssThresh, cWnd, segmentSize, segmentsAcked over the step,
  * the sum of bytesInFlight samples over the step) as cumulative counters
  * that the agent differences over its step (delivered packets for
- * segmentsAcked, inflight_sum/acks for the in-flight samples, in packets
- * rather than bytes), plus what a delay-based agent needs (RTT samples,
+ * segmentsAcked, inflight_sum/acks for the in-flight samples: the kernel's
+ * ack_sample.in_flight is in bytes, mss x packets delivered since the acked
+ * packet was sent, so user space divides by mss), plus what a delay-based agent needs (RTT samples,
  * srtt, min RTT, losses, CE marks) and the controller's own bookkeeping
  * (mode, last applied seq, fallbacks).
  *

@@ -61,7 +61,7 @@ struct remote_obs {
 	__u64 retrans;		/* tp->total_retrans, packets */
 	__u64 rtt_sum_us;	/* sum of the ACKs' RTT samples */
 	__u64 rtt_cnt;		/* number of RTT samples */
-	__u64 inflight_sum;	/* sum over ACKs of packets in flight (RL-TCP's bytesInFlight sum, in packets) */
+	__u64 inflight_sum;	/* sum over ACKs of ack_sample.in_flight, in BYTES (RL-TCP's bytesInFlight sum) */
 	__u64 applied_seq;	/* seq of the last decision applied */
 	__u64 fallbacks;	/* times the decision went stale (REMOTE_APPLIED -> REMOTE_FALLBACK) */
 	__u64 congestion_ns;	/* last loss/ECN reduction (ssthresh() call) */

@@ -21,9 +21,11 @@ baseline (and the sender's optional local fallback).  Per flow and step:
 It is a baseline, not the paper's learned agent: RL-TCP (ns3-ai) chooses
 among four actions each 0.1 s -- cwnd + 1 MSS or + MSS^2 / cwnd, ssthresh
 2 MSS or bytesInFlight / 2 -- with a DQN (5-20-20-4) trained online on the
-reward segmentsAcked - bytesInFlight - cWnd.  `RLTCP_ACTIONS` below maps that
-action space onto CWND_DEC so that a trained agent can be dropped in; the
-training itself is not done (docs/remote-control.md).
+reward segmentsAcked - bytesInFlight - cWnd.  `rltcp_action` below maps that
+action space onto CWND_DEC.  The trained agent is `rl-tcp`: a DQN trained
+online on the emulated testbed (models/dqn_rltcp.py), exported numpy-only to
+models/rltcp_agent.json and loaded by models/rltcp_agent.py (its state,
+action modes and reward; docs/remote-control.md).
 
 `CcaPolicy` runs the shipped numpy DQN (models/policy.py) on the normalised
 feature vectors ccswitchd sends, batched over all its clients' flows.
@@ -103,14 +105,24 @@ def rltcp_reward(obs: np.ndarray) -> np.ndarray:
     return obs["acked"].astype(np.float64) - obs["inflight_avg"] - obs["cwnd"]
 
 
-CWND_AGENTS: dict[str, Callable[[], CwndAgent]] = {"delay-aimd": DelayAimd}
+def _rl_tcp(path: str | Path | None = None) -> CwndAgent:
+    from ccswitch.models.rltcp_agent import load_agent
+
+    return load_agent(path)
 
 
-def cwnd_agent(name: str) -> CwndAgent:
-    try:
-        return CWND_AGENTS[name]()
-    except KeyError:
-        raise ValueError(f"unknown cwnd agent {name!r} (known: {', '.join(CWND_AGENTS)})") from None
+CWND_AGENTS: dict[str, Callable[..., CwndAgent]] = {"delay-aimd": DelayAimd, "rl-tcp": _rl_tcp}
+FILE_AGENTS = ("rl-tcp",)
+"""Agents loaded from a file (`--agent-file`; default models/rltcp_agent.json)."""
+
+
+def cwnd_agent(name: str, path: str | Path | None = None) -> CwndAgent:
+    """The agent *name*; a bad name or agent file raises one ValueError line."""
+    if name not in CWND_AGENTS:
+        raise ValueError(f"unknown cwnd agent {name!r} (known: {', '.join(CWND_AGENTS)})")
+    if path is not None and name not in FILE_AGENTS:
+        raise ValueError(f"cwnd agent {name!r} takes no agent file")
+    return CWND_AGENTS[name](path) if path is not None else CWND_AGENTS[name]()
 
 
 class CcaPolicy:

@@ -10,7 +10,7 @@ import signal
 import click
 
 # the names of agents.CWND_AGENTS, here so that `ccswitch --help` does not import numpy
-AGENT_NAMES = ("delay-aimd",)
+AGENT_NAMES = ("delay-aimd", "rl-tcp")
 
 
 @click.command("serve")
@@ -20,6 +20,8 @@ AGENT_NAMES = ("delay-aimd",)
               help="Shared key file (mode 600, >= 16 bytes), the same on every client.")
 @click.option("--agent", type=click.Choice(AGENT_NAMES), default="delay-aimd", show_default=True,
               help="cwnd agent for the `remote` congestion control.")
+@click.option("--agent-file", type=click.Path(dir_okay=False),
+              help="Agent file for rl-tcp (default: the shipped models/rltcp_agent.json).")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False),
               help="DQN policy file for ccswitchd's CCA requests (default: the shipped models/policy.json).")
 @click.option("--no-cca", is_flag=True, help="Answer cwnd requests only.")
@@ -30,8 +32,8 @@ AGENT_NAMES = ("delay-aimd",)
 @click.option("--l4s", is_flag=True, help="Send the answers as L4S (DSCP 40 + ECT(1)).")
 @click.option("--added-latency-ms", type=click.FloatRange(0, 10000), default=0.0,
               help="Experiments: hold every answer this long (an emulated control path, paper 003 stage 2).")
-def serve(listen: str, key_file: str, agent: str, policy_file: str | None, no_cca: bool, batch_ms: float,
-          deadline_ms: float, l4s: bool, added_latency_ms: float) -> None:
+def serve(listen: str, key_file: str, agent: str, agent_file: str | None, policy_file: str | None, no_cca: bool,
+          batch_ms: float, deadline_ms: float, l4s: bool, added_latency_ms: float) -> None:
     """Answer cwnd decisions (`remote` CC) and CCA decisions (ccswitchd) over UDP, HMAC-authenticated."""
     from ccswitch.remote import protocol as p
     from ccswitch.remote.agents import CcaPolicy, cwnd_agent
@@ -45,8 +47,12 @@ def serve(listen: str, key_file: str, agent: str, policy_file: str | None, no_cc
         key = p.load_key(key_file)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    try:
+        decider = cwnd_agent(agent, agent_file)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
     cca = None if no_cca else CcaPolicy(policy_file)
-    server = PolicyServer(key, cwnd_agent(agent), cca, batch_s=batch_ms / 1000,
+    server = PolicyServer(key, decider, cca, batch_s=batch_ms / 1000,
                           default_deadline_s=deadline_ms / 1000, added_latency_s=added_latency_ms / 1000)
 
     async def main() -> None:

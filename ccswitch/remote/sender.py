@@ -6,7 +6,9 @@ Every `step_s` (0.1 s, RL-TCP's step):
 2. the kernel's per-socket state (ccs_remote_obs) is read and turned into one
    CWND_OBS record per socket: the cumulative counters differenced against
    the previous step (packets delivered, lost, CE-marked; mean RTT and mean
-   in-flight over the step's ACKs);
+   in-flight over the step's ACKs -- the kernel's ack_sample.in_flight is in
+   bytes, mss x packets delivered since the acked packet was sent, so the
+   sum is divided by the mss here);
 3. the policy server decides (PolicyClient.cwnd, one datagram for all
    sockets); on any failure the local agent decides, or nobody (local=None);
 4. the decisions are written to ccs_remote_dec with this step's seq and the
@@ -55,7 +57,7 @@ def step_observations(cur: np.ndarray, prev: dict[int, np.void], step_us: int) -
         out[i] = (r["cookie"], step_us, r["cwnd"], min(int(r["ssthresh"]), 0xFFFFFFFF), max(int(r["mss"]), 1),
                   r["inflight"], max(d("delivered"), 0), max(d("lost"), 0), max(d("delivered_ce"), 0),
                   r["srtt_us"], r["min_rtt_us"], d("rtt_sum_us") // rtt_n if rtt_n > 0 else 0,
-                  d("inflight_sum") // acks if acks > 0 else r["inflight"])
+                  d("inflight_sum") // acks // max(int(r["mss"]), 1) if acks > 0 else r["inflight"])
     out["cwnd"] = np.minimum(out["cwnd"], p.CWND_MAX)
     return out
 
@@ -71,13 +73,17 @@ class CwndController:
     remote_steps: int = 0
     local_steps: int = 0
     idle_steps: int = 0
+    last_read: int = 0
 
     def step(self) -> dict[str, Any]:
         """One control step; a summary for the log."""
         rbpf.touch_cookies()
         stamp = rbpf.now_ns()
         cur = self.handle.observations()
-        obs = step_observations(cur, self.prev, int(self.step_s * 1e6))
+        # the step's measured length (a step made late by a slow answer covers more time)
+        step_us = (stamp - self.last_read) // 1000 if self.last_read else int(self.step_s * 1e6)
+        self.last_read = stamp
+        obs = step_observations(cur, self.prev, max(int(step_us), 1))
         self.prev = {int(r["cookie"]): r for r in cur}
         self.forget_closed()
         if not len(obs):
@@ -136,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--deadline", type=float, default=0.05, help="seconds to wait for the server per step")
     ap.add_argument("--kernel-deadline", type=float, default=rbpf.DEFAULT_DEADLINE_S,
                     help="decision age after which the kernel falls back to Reno")
-    ap.add_argument("--local", default="none", help="local agent on server failure: delay-aimd or none "
+    ap.add_argument("--local", default="none", help="local agent on server failure: delay-aimd, rl-tcp or none "
                     "(none: the kernel's fallback)")
     ap.add_argument("--l4s", action="store_true", help="send the control traffic as L4S (DSCP 40 + ECT(1))")
     ap.add_argument("--log", type=argparse.FileType("a"), help="one JSON line per step")

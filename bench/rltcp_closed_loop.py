@@ -1,0 +1,297 @@
+"""Paper 003's experiment with the loop closed: a remotely controlled flow (RL-TCP or delay-aimd) against
+CUBIC, the control traffic crossing the same bottleneck in DualPI2's L queue, its C queue, or a FIFO.
+
+The paper (ns-3) measured the control path's RTT behind a bulk CUBIC flow
+(stage 1: 65 ms with FqCoDel + ECT(1) standing in for L4S, 105 ms with a
+FIFO) and then ran RL-TCP against CUBIC with its decisions delayed by that
+much (stage 2); it never closed the loop.  Here one run is:
+
+* testbed Topology(2) + linkemu in the router: 10 Mbit/s uplink (the paper's
+  bottleneck) with DualPI2 (linkemu's defaults, ECN classifier: ECT(1) -> L)
+  or a 100-packet FIFO (tail drop), 20 ms each way (base RTT ~40 ms, the
+  paper's access links), 100 Mbit/s downlink;
+* client 1: one iperf3 flow on the BPF CC ``remote`` and the sender loop
+  (``python -m ccswitch.remote.sender``, step 0.1 s, waits up to 0.3 s for
+  an answer, kernel deadline 0.5 s so that a FIFO's ~150 ms answers are
+  still applied), its requests ECT(1) + DSCP 40 (arm ``l4s``) or classic
+  (arms ``classic``, ``fifo``);
+* client 2: one CUBIC iperf3 flow, started with it;
+* server namespace: both iperf3 receivers and ``ccswitch policy serve
+  --agent rl-tcp|delay-aimd`` (2 ms batch window);
+
+so the requests queue at the bottleneck behind both data flows (which are
+Not-ECT: DualPI2's C queue).  Per run (``--seconds``, metrics over the last
+half): both flows' goodput and mean RTT (iperf3's tcp_info), Jain's index,
+the controlled flow's share and retransmits, the control loop's request ->
+answer latency p50/p99 and the steps' real period, the share of steps
+decided remotely, the kernel's fallbacks, and the uplink queue from
+linkemu's 1-s intervals (L queue p90 sojourn, C queue / FIFO mean sojourn).  Each run is one JSON file under
+``--out`` (resumable: existing runs are skipped); ``report`` prints the table
+and draws the figure.
+
+    sudo .venv/bin/python bench/rltcp_closed_loop.py run [--seeds 3] [--seconds 30] [--out results/rltcp/closed_loop]
+    .venv/bin/python bench/rltcp_closed_loop.py report [--out ...] [--plot docs/figures/rltcp_closed_loop.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RATE, DELAY_MS, PORT = 10.0, 20.0, 7231
+STEP_DEADLINE_S, KERNEL_DEADLINE_S = 0.3, 0.5
+AGENTS = ("rl-tcp", "delay-aimd")
+ARMS = ("l4s", "classic", "fifo")
+SERVE = [sys.executable, "-c", "from ccswitch.cli import main; main()", "policy", "serve"]
+PAPER = {"control_rtt_ms": {"l4s": 65.0, "fifo": 105.0}}
+
+
+def wait_line(proc: subprocess.Popen, needle: bytes, timeout_s: float = 40.0) -> None:
+    """Block until *needle* appears on proc's stderr (a slow, loaded host imports numpy for seconds)."""
+    assert proc.stderr is not None
+    os.set_blocking(proc.stderr.fileno(), False)
+    seen, end = b"", time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        seen += proc.stderr.read() or b""
+        if needle in seen:
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[-1]!r}... exited: {seen.decode(errors='replace')[-500:]}")
+        time.sleep(0.05)
+    raise RuntimeError(f"no {needle!r} after {timeout_s} s: {seen.decode(errors='replace')[-500:]}")
+
+
+def run_one(agent: str, arm: str, seed: int, seconds: int, key: Path, work: Path) -> dict[str, Any]:
+    from ccswitch.bpf.remote import ensure_remote
+    from ccswitch.testbed.runs.emulator import Emulator, dualpi2, emulator_config, link
+    from ccswitch.testbed.runs.iperf import start_flow, start_server
+    from ccswitch.testbed.runs.netns import popen_in, stop_process
+    from ccswitch.testbed.runs.topology import Topology
+
+    steps = work / f"steps-{agent}-{arm}-{seed}.jsonl"
+    steps.unlink(missing_ok=True)
+    l4s = ["--l4s"] if arm == "l4s" else []
+    uplink = (link(RATE, DELAY_MS, qdisc=dualpi2()) if arm in ("l4s", "classic")
+              else link(RATE, DELAY_MS, limit_pkts=100))
+    h = ensure_remote()
+    try:
+        h.configure(KERNEL_DEADLINE_S)
+        with Topology(2) as topo:
+            cfg = emulator_config(topo.client_ifs, topo.server_if, uplink=uplink,
+                                  downlink=link(100.0, DELAY_MS, limit_pkts=1000), seed=seed, interval_ms=1000)
+            with Emulator(topo.router, cfg, stats_dir=work / f"emu-{agent}-{arm}-{seed}") as emu, \
+                    start_server(topo.server, 5701, bind=topo.server_addr), \
+                    start_server(topo.server, 5702, bind=topo.server_addr):
+                srv = popen_in(topo.server, [*SERVE, "--listen", f"{topo.server_addr}:{PORT}", "--key", str(key),
+                                             "--no-cca", "--agent", agent, *l4s], stderr=subprocess.PIPE)
+                ctl = None
+                try:
+                    wait_line(srv, b"listening on")
+                    ctl = popen_in(topo.clients[0], [
+                        sys.executable, "-m", "ccswitch.remote.sender", "--server", f"{topo.server_addr}:{PORT}",
+                        "--key", str(key), "--local", "none", "--deadline", str(STEP_DEADLINE_S),
+                        "--kernel-deadline", str(KERNEL_DEADLINE_S), *l4s, "--log", str(steps)],
+                        stderr=subprocess.PIPE)
+                    wait_line(ctl, b"controlling")
+                    remote = start_flow(topo.clients[0], topo.server_addr, 5701, cca="remote", seconds=seconds)
+                    cubic = start_flow(topo.clients[1], topo.server_addr, 5702, cca="cubic", seconds=seconds)
+                    res = [remote.wait(timeout=seconds + 60), cubic.wait(timeout=seconds + 60)]
+                finally:
+                    if ctl is not None:
+                        stop_process(ctl, 5.0)
+                    stop_process(srv, 5.0)
+            summary = emu.summary
+    finally:
+        h.close()
+    return metrics(res, steps, seconds, summary)
+
+
+def metrics(res: list[Any], steps: Path, seconds: int, emu: dict[str, Any]) -> dict[str, Any]:
+    from ccswitch.metrics import jain_index
+
+    half = [[iv for iv in r.intervals if iv.start >= seconds / 2] for r in res]
+    mbit = [statistics.fmean(iv.bits_per_second for iv in h) / 1e6 for h in half]
+    rtt = [statistics.fmean(iv.rtt_us for iv in h if iv.rtt_us) / 1000 if any(iv.rtt_us for iv in h) else None
+           for h in half]
+    lines = [json.loads(line) for line in steps.read_text().splitlines()]
+    active = [s for s in lines if s.get("flows")]
+    t0 = active[0]["t"] if active else 0.0
+    late = [s for s in active if s["t"] - t0 >= seconds / 2]
+    loop = [s["rtt_ms"] for s in active if s.get("remote") and s.get("rtt_ms") is not None]
+    period = np.diff([s["t"] for s in active]) * 1000 if len(active) > 1 else np.array([float("nan")])
+    cwnd = [max(s["obs"], key=lambda o: o["acked"])["cwnd"] for s in late]  # the data socket's
+    fallbacks = max((o["fallbacks"] for s in active for o in s["obs"]), default=0)  # the kernel's count
+    return {
+        "remote_mbit": mbit[0], "cubic_mbit": mbit[1], "share": mbit[0] / max(sum(mbit), 1e-9),
+        "jain": jain_index(mbit), "remote_rtt_ms": rtt[0], "cubic_rtt_ms": rtt[1],
+        "remote_retrans": sum(iv.retransmits or 0 for iv in half[0]),
+        "cubic_retrans": sum(iv.retransmits or 0 for iv in half[1]),
+        "remote_cwnd_p50": float(np.median(cwnd)) if cwnd else None,
+        "loop_p50_ms": float(np.percentile(loop, 50)) if loop else None,
+        "loop_p99_ms": float(np.percentile(loop, 99)) if loop else None,
+        "loop_n": len(loop), "remote_steps": sum(bool(s["remote"]) for s in active) / max(len(active), 1),
+        "step_period_p50_ms": float(np.median(period)), "kernel_fallbacks": fallbacks,
+        "uplink": {k: v for k, v in emu.get("uplink", {}).items() if isinstance(v, int | float)},
+    }
+
+
+def run_all(out: Path, seeds: int, seconds: int, agents: list[str], arms: list[str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp_s:
+        key = Path(tmp_s) / "key"
+        key.write_bytes(os.urandom(24).hex().encode())
+        key.chmod(0o600)
+        for seed in range(1, seeds + 1):  # seed-major: a cut-short run still has every arm once
+            for arm in arms:
+                for agent in agents:
+                    dest = out / f"{agent}-{arm}-{seed}.json"
+                    if dest.exists():
+                        continue
+                    t = time.monotonic()
+                    r = run_one(agent, arm, seed, seconds, key, out)
+                    r.update(agent=agent, arm=arm, seed=seed, seconds=seconds, wall_s=round(time.monotonic() - t, 1),
+                             load1=os.getloadavg()[0])
+                    dest.write_text(json.dumps(r, indent=1) + "\n")
+                    print(json.dumps({k: v for k, v in r.items() if k != "uplink"}), flush=True)
+
+
+def queue_sojourn(stats: Path) -> dict[str, float | None]:
+    """The uplink queue from linkemu's 1-s intervals after the first 5 s: medians over the intervals of the
+    L queue's p90 sojourn (intervals that carried L packets), and of the mean sojourn (C queue or FIFO)."""
+    import csv
+
+    with open(stats / "intervals.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["direction"] == "uplink" and r["client"] == "-1"
+                and float(r["t_s"]) > 5]
+    l90 = [float(r["l_sojourn_p90_us"]) / 1000 for r in rows if r.get("l_bytes_out") and float(r["l_bytes_out"]) > 0]
+    mean = [float(r["c_sojourn_mean_us"] or r["sojourn_mean_us"]) / 1000 if r.get("c_bytes_out") not in (None, "")
+            and float(r["c_bytes_out"]) > 0 else float(r["sojourn_mean_us"]) / 1000 for r in rows]
+    return {"l_sojourn_p90_ms": statistics.median(l90) if l90 else None,
+            "queue_sojourn_mean_ms": statistics.median(mean) if mean else None}
+
+
+def load(out: Path) -> list[dict[str, Any]]:
+    runs = [json.loads(p.read_text()) for p in sorted(out.glob("*-*-*.json"))]
+    for r in runs:
+        stats = out / f"emu-{r['agent']}-{r['arm']}-{r['seed']}"
+        if "l_sojourn_p90_ms" not in r and (stats / "intervals.csv").exists():
+            r.update(queue_sojourn(stats))
+    return runs
+
+
+def fmt(xs: list[float | None], f: str = ".1f") -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "-"
+    return f"{statistics.fmean(xs):{f}} ({min(xs):{f}}-{max(xs):{f}})" if len(xs) > 1 else f"{xs[0]:{f}}"
+
+
+def report(out: Path, plot: Path | None) -> None:
+    runs = load(out)
+    print("| agent | control traffic | seeds | controlled Mbit/s | CUBIC Mbit/s | share | controlled RTT ms | "
+          "CUBIC RTT ms | loop p50 ms | loop p99 ms | step period ms | remote steps | fallbacks | "
+          "L queue p90 ms | C queue / FIFO sojourn ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for agent in AGENTS:
+        for arm in ARMS:
+            rs = [r for r in runs if r["agent"] == agent and r["arm"] == arm]
+            if not rs:
+                continue
+            label = {"l4s": "L queue (DualPI2)", "classic": "C queue (DualPI2)", "fifo": "FIFO"}[arm]
+            print(f"| {agent} | {label} | {len(rs)} | {fmt([r['remote_mbit'] for r in rs], '.2f')} | "
+                  f"{fmt([r['cubic_mbit'] for r in rs], '.2f')} | {fmt([r['share'] for r in rs], '.2f')} | "
+                  f"{fmt([r['remote_rtt_ms'] for r in rs])} | {fmt([r['cubic_rtt_ms'] for r in rs])} | "
+                  f"{fmt([r['loop_p50_ms'] for r in rs])} | {fmt([r['loop_p99_ms'] for r in rs])} | "
+                  f"{fmt([r['step_period_p50_ms'] for r in rs], '.0f')} | "
+                  f"{fmt([100 * r['remote_steps'] for r in rs], '.0f')} % | "
+                  f"{sum(r['kernel_fallbacks'] for r in rs)} | "
+                  f"{fmt([r.get('l_sojourn_p90_ms') for r in rs], '.2f')} | "
+                  f"{fmt([r.get('queue_sojourn_mean_ms') for r in rs])} |")
+    if plot is not None and runs:
+        draw(runs, plot)
+        print(f"wrote {plot}")
+
+
+def draw(runs: list[dict[str, Any]], dest: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    width = 0.38
+    x = np.arange(len(ARMS))
+    colors = {"rl-tcp": "tab:purple", "delay-aimd": "tab:green"}
+    for j, agent in enumerate(AGENTS):
+        off = (j - 0.5) * width
+        for i, arm in enumerate(ARMS):
+            rs = [r for r in runs if r["agent"] == agent and r["arm"] == arm]
+            if not rs:
+                continue
+            ctl = [r["remote_mbit"] for r in rs]
+            cub = [r["cubic_mbit"] for r in rs]
+            axes[0].bar(x[i] + off, np.mean(ctl), width, color=colors[agent], label=agent if i == 0 else None)
+            axes[0].bar(x[i] + off, np.mean(cub), width, bottom=np.mean(ctl), color=colors[agent], alpha=0.3,
+                        label=f"CUBIC vs {agent}" if i == 0 else None)
+            axes[0].plot([x[i] + off] * len(ctl), ctl, "k.", ms=4)
+            rtt = [r["remote_rtt_ms"] for r in rs if r["remote_rtt_ms"]]
+            axes[1].bar(x[i] + off, np.mean(rtt), width, color=colors[agent], label=agent if i == 0 else None)
+            axes[1].plot([x[i] + off] * len(rtt), rtt, "k.", ms=4)
+            p50 = [r["loop_p50_ms"] for r in rs if r["loop_p50_ms"] is not None]
+            p99 = [r["loop_p99_ms"] for r in rs if r["loop_p99_ms"] is not None]
+            axes[2].bar(x[i] + off, np.mean(p50), width, color=colors[agent], label=f"{agent} p50" if i == 0 else None)
+            axes[2].plot([x[i] + off] * len(p99), p99, "v", color=colors[agent], ms=5,
+                         label=f"{agent} p99" if i == 0 else None)
+    for arm, ms in PAPER["control_rtt_ms"].items():
+        i = ARMS.index(arm)
+        axes[2].hlines(ms, x[i] - 0.45, x[i] + 0.45, colors="red", linestyles="--",
+                       label="paper 003 (ns-3, stage 1)" if arm == "l4s" else None)
+    labels = ["control in\nL queue", "control in\nC queue", "FIFO\n(100 pkts)"]
+    for ax, title in zip(axes, ("goodput, last half (Mbit/s):\ncontrolled flow + CUBIC stacked",
+                                "controlled flow's RTT, last half (ms)", "control loop request -> answer (ms)"),
+                         strict=True):
+        ax.set_xticks(x, labels)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7, loc="upper center", ncol=2)
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # room for the legend above the bars and markers
+    axes[0].axhline(RATE, color="gray", lw=0.5)
+    fig.suptitle("Paper 003 closed loop: remote cwnd control vs one CUBIC flow, 10 Mbit/s, 40 ms; "
+                 "DualPI2 (L, C) or FIFO bottleneck (dots, triangles: seeds)", fontsize=11)
+    fig.tight_layout()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(dest, dpi=100)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("cmd", choices=("run", "report"))
+    ap.add_argument("--out", type=Path, default=Path("results/rltcp/closed_loop"))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--agents", default=",".join(AGENTS))
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--plot", type=Path, help="report: write the figure here")
+    args = ap.parse_args()
+    agents, arms = args.agents.split(","), args.arms.split(",")
+    bad = [a for a in agents if a not in AGENTS] + [a for a in arms if a not in ARMS]
+    if bad or args.seeds < 1 or args.seconds < 10:
+        print(f"rltcp_closed_loop: error: bad agents/arms {bad} or --seeds < 1 or --seconds < 10", file=sys.stderr)
+        return 2
+    if args.cmd == "run":
+        run_all(args.out, args.seeds, args.seconds, agents, arms)
+    report(args.out, args.plot if args.cmd == "report" else None)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,236 @@
+"""RL-TCP (paper 003 / ns3-ai) for the `remote` CC: state, actions, reward and the numpy-only agent file.
+
+One definition for the training env (``envs/rltcp_env.py``), the trainer
+(``models/dqn_rltcp.py``) and the policy server (``ccswitch policy serve
+--agent rl-tcp``, registered in ``ccswitch/remote/agents.py``).  Numpy only.
+
+ns3-ai's RL-TCP (examples/rl-tcp, the agent paper 003 runs on its remote
+server) acts every 0.1 s on one socket:
+
+* **state** (5 numbers): ssThresh, cWnd, segmentsAcked (over the step),
+  segmentSize, bytesInFlight -- here from one CWND_OBS record
+  (``protocol.py``; the sender loop differences the kernel's counters over
+  the step), **in packets and scaled** (:func:`features`): ssthresh
+  (capped at 1000) / 100, cwnd / 100, packets delivered in the step (scaled
+  to 0.1 s by the step's measured length, ``step_us``) / 100,
+  mss / 1448, mean in-flight over the step / 100.  ns3-ai feeds raw bytes
+  to the network; unscaled inputs of 10^4-10^6 would saturate a 5-20-20-4
+  ReLU net, so this is a deviation of units, not of content.  The segment
+  size is constant on a path; it is kept because it is the paper's state
+  (the network learns it as a bias).
+* **actions** (4, one Q-value each; :data:`ACTION_MODES`):
+
+  * ``paper``: ns3-ai's: bit 0 set -> cwnd + 1 MSS, else + MSS^2 / cwnd
+    (rounds to + 0 packets: the kernel's cwnd is whole packets); action < 3
+    -> ssthresh 2 MSS, else bytesInFlight / 2 (``agents.rltcp_action``);
+  * ``mult`` (what the shipped agent is trained with): cwnd x
+    :data:`MULT_FACTORS` (0.7, 1, 1.1, 1.4), ssthresh left to the kernel
+    (cwnd / 2 at a loss).  **Why a second mode:** every paper action
+    *increases* cwnd, by at most one packet per 0.1 s (10 packets/s); the
+    window only shrinks when the kernel reacts to a loss, so the agent can
+    pick how fast to fill the queue but never drain it.  On the 10 Mbit/s x
+    40 ms training path (BDP ~35 packets) the paper's best fixed action
+    still fills the link in ~2 s (bench/rltcp_paper_actions.py; the premise
+    that it cannot did not hold there), but it keeps a standing queue, and
+    at 100 Mbit/s (BDP ~350) the climb would take ~34 s.  A multiplicative
+    step reaches the BDP from 10 in 4 steps and can shrink as fast; it
+    keeps the paper's 4-way network (5-20-20-4), state, reward and step.
+* **reward**: segmentsAcked - bytesInFlight - cWnd (``agents.rltcp_reward``),
+  here in packets / 100 (:data:`REWARD_SCALE`).  ns3-ai mixes units
+  (segments acked minus *bytes*), so its reward is ~ -2 cwnd in bytes and is
+  maximised by the smallest window.  In packets, per 0.1-s step at a 40 ms
+  RTT, acked ~ cwnd x 2.5 below the BDP and the link rate above it, so the
+  reward peaks near cwnd = BDP alone -- but against CUBIC in a full FIFO
+  (RTT ~160 ms) acked ~ 0.6 cwnd and the optimum is again the floor: the
+  reward itself yields to a queue-filling competitor.
+* cwnd of every decision clipped to [CWND_MIN, CWND_MAX] (2..400 packets;
+  400 x 1448 B ~ the paper's 500 KB socket buffers).
+
+The agent file (``ccswitch-rltcp-agent``, JSON, checksummed like the policy
+file)::
+
+    {"format": "ccswitch-rltcp-agent", "version": 1, "features": [5 names],
+     "action": {"mode": "mult", "factors": [...]}, "step_s": 0.1,
+     "network": {"hidden_activation": "relu", "layers": [{"kernel": ARRAY, "bias": ARRAY}, ...]},
+     "training": {...}, "checksum": "sha256:..."}
+
+:func:`load_agent` fails with one :class:`AgentError` line naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ccswitch.remote.agents import rltcp_action, rltcp_reward
+from ccswitch.remote.protocol import CWND_DEC
+
+from .policy import PolicyError, decode_array, document_checksum, encode_array, write_signed
+
+__all__ = ["ACTION_MODES", "AGENT_FORMAT", "DEFAULT_AGENT", "FEATURES", "MULT_FACTORS", "AgentError", "RlTcpAgent",
+           "apply_action", "features", "load_agent", "reward", "save_agent"]
+
+AGENT_FORMAT = "ccswitch-rltcp-agent"
+AGENT_VERSION = 1
+DEFAULT_AGENT = Path(__file__).resolve().parent / "rltcp_agent.json"
+FEATURES: tuple[str, ...] = ("ssthresh", "cwnd", "acked", "mss", "inflight")
+"""The paper's 5-number state, in order (module docstring: units and scales)."""
+PKT_SCALE = 100.0
+SSTHRESH_CAP = 1000.0
+MSS_SCALE = 1448.0
+REWARD_SCALE = 100.0
+STEP_S = 0.1
+"""The paper's step; acked counts are scaled to it by the step's measured length (CWND_OBS step_us)."""
+MULT_FACTORS: tuple[float, ...] = (0.7, 1.0, 1.1, 1.4)
+ACTION_MODES: dict[str, str] = {"paper": "ns3-ai RL-TCP: cwnd +1 MSS or +MSS^2/cwnd; ssthresh 2 MSS or inflight/2",
+                                "mult": "cwnd x (0.7, 1, 1.1, 1.4); ssthresh: the kernel's"}
+N_ACTIONS = 4
+CWND_MIN, CWND_MAX = 2, 400
+
+
+class AgentError(ValueError):
+    """An agent file is missing, unreadable, corrupt or does not fit this ccswitch."""
+
+
+def features(obs: np.ndarray) -> np.ndarray:
+    """CWND_OBS[N] -> float32[N, 5], the scaled state (FEATURES)."""
+    x = np.empty((len(obs), len(FEATURES)), dtype=np.float32)
+    x[:, 0] = np.minimum(obs["ssthresh"].astype(np.float64), SSTHRESH_CAP) / PKT_SCALE
+    x[:, 1] = obs["cwnd"] / PKT_SCALE
+    x[:, 2] = acked_per_step(obs) / PKT_SCALE
+    x[:, 3] = obs["mss"] / MSS_SCALE
+    x[:, 4] = obs["inflight_avg"] / PKT_SCALE
+    return x
+
+
+def acked_per_step(obs: np.ndarray) -> np.ndarray:
+    """Packets acked in the step, per STEP_S: a late step (a loaded host) is not mistaken for more throughput."""
+    return obs["acked"] * (STEP_S * 1e6 / np.maximum(obs["step_us"].astype(np.float64), 1.0))
+
+
+def reward(obs: np.ndarray) -> np.ndarray:
+    """The paper's reward over the step, in packets / REWARD_SCALE (module docstring), acked per STEP_S."""
+    norm = obs.copy()
+    norm["acked"] = np.round(acked_per_step(obs))
+    return rltcp_reward(norm) / REWARD_SCALE
+
+
+def apply_action(obs: np.ndarray, action: np.ndarray, mode: str = "mult") -> np.ndarray:
+    """CWND_OBS[N] and actions int[N] in 0..3 -> CWND_DEC[N], cwnd within [CWND_MIN, CWND_MAX]."""
+    action = np.asarray(action, dtype=np.int64)
+    if action.shape != (len(obs),) or (len(action) and (action.min() < 0 or action.max() >= N_ACTIONS)):
+        raise ValueError(f"actions must be {len(obs)} integers in 0..{N_ACTIONS - 1}")
+    if mode == "paper":
+        out = rltcp_action(obs, action)
+    elif mode == "mult":
+        out = np.zeros(len(obs), dtype=CWND_DEC)
+        out["cookie"] = obs["cookie"]
+        new = np.floor(obs["cwnd"].astype(np.float64) * np.asarray(MULT_FACTORS)[action])
+        # x1.1 of a small window rounds to no change: grow by at least one packet
+        new = np.where(action >= 2, np.maximum(new, obs["cwnd"].astype(np.float64) + 1), new)
+        out["cwnd"] = new.astype(np.int64)
+    else:
+        raise ValueError(f"unknown action mode {mode!r} (known: {', '.join(ACTION_MODES)})")
+    out["cwnd"] = np.clip(out["cwnd"], CWND_MIN, CWND_MAX)
+    return out
+
+
+@dataclass
+class RlTcpAgent:
+    """The trained Q-network, greedy: relu(relu(x K0 + b0) K1 + b1) K2 + b2 -> argmax -> action."""
+
+    kernels: list[np.ndarray]
+    biases: list[np.ndarray]
+    mode: str = "mult"
+    step_s: float = 0.1
+    training: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+    checksum: str = ""
+    name: str = "rl-tcp"
+
+    def q_values(self, x: np.ndarray) -> np.ndarray:
+        h = np.asarray(x, dtype=np.float32)
+        for k, b in zip(self.kernels[:-1], self.biases[:-1], strict=True):
+            h = np.maximum(h @ k + b, 0.0)
+        return h @ self.kernels[-1] + self.biases[-1]
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        return np.argmax(self.q_values(features(obs)), axis=1)
+
+    def decide(self, obs: np.ndarray) -> np.ndarray:
+        """CWND_OBS[N] -> CWND_DEC[N]: the cwnd agent interface of the policy server."""
+        if not len(obs):
+            return np.zeros(0, dtype=CWND_DEC)
+        return apply_action(obs, self.act(obs), self.mode)
+
+
+def save_agent(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequence[np.ndarray],
+               mode: str = "mult", step_s: float = 0.1, training: Mapping[str, Any] | None = None) -> str:
+    """Write an agent file; returns its checksum."""
+    if mode not in ACTION_MODES:
+        raise ValueError(f"unknown action mode {mode!r}")
+    doc: dict[str, Any] = {
+        "format": AGENT_FORMAT, "version": AGENT_VERSION, "features": list(FEATURES), "step_s": step_s,
+        "action": {"mode": mode, "factors": list(MULT_FACTORS) if mode == "mult" else None,
+                   "description": ACTION_MODES[mode]},
+        "network": {"hidden_activation": "relu", "output_activation": "linear",
+                    "layers": [{"kernel": encode_array(k), "bias": encode_array(b)}
+                               for k, b in zip(kernels, biases, strict=True)]},
+        "training": json.loads(json.dumps(dict(training or {}), default=str)),
+    }
+    return write_signed(path, doc)
+
+
+def load_agent(path: str | Path | None = None) -> RlTcpAgent:
+    """Load and check an agent file (default models/rltcp_agent.json); problems raise one AgentError line."""
+    p = Path(path) if path is not None else DEFAULT_AGENT
+    try:
+        doc = json.loads(p.read_text())
+    except OSError as e:
+        raise AgentError(f"{p}: cannot read the RL-TCP agent file ({e.strerror or e})") from None
+    except ValueError as e:
+        raise AgentError(f"{p}: not JSON ({e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != AGENT_FORMAT:
+        raise AgentError(f"{p}: not an RL-TCP agent file (format must be {AGENT_FORMAT!r})")
+    if doc.get("version") != AGENT_VERSION:
+        raise AgentError(f"{p}: agent file version {doc.get('version')!r}, this ccswitch reads {AGENT_VERSION}")
+    if doc.get("checksum") != document_checksum(doc):
+        raise AgentError(f"{p}: checksum mismatch (the file was changed or truncated)")
+    try:
+        return _build(p, doc)
+    except PolicyError as e:
+        raise AgentError(f"{p}: {e}") from None
+    except (KeyError, TypeError, ValueError) as e:
+        raise AgentError(f"{p}: malformed agent file ({type(e).__name__}: {e})") from None
+
+
+def _build(p: Path, doc: dict[str, Any]) -> RlTcpAgent:
+    if list(doc["features"]) != list(FEATURES):
+        raise AgentError(f"{p}: features {doc['features']} do not match this ccswitch's {list(FEATURES)}")
+    mode = doc["action"]["mode"]
+    if mode not in ACTION_MODES:
+        raise AgentError(f"{p}: unknown action mode {mode!r} (known: {', '.join(ACTION_MODES)})")
+    if mode == "mult" and [float(f) for f in doc["action"]["factors"]] != list(MULT_FACTORS):
+        raise AgentError(f"{p}: action factors {doc['action']['factors']} differ from {list(MULT_FACTORS)}")
+    layers = doc["network"]["layers"]
+    if not isinstance(layers, list) or not layers:
+        raise AgentError(f"{p}: network.layers must be a non-empty list")
+    kernels = [decode_array(lay["kernel"], f"network.layers[{i}].kernel") for i, lay in enumerate(layers)]
+    biases = [decode_array(lay["bias"], f"network.layers[{i}].bias") for i, lay in enumerate(layers)]
+    width = len(FEATURES)
+    for i, (k, b) in enumerate(zip(kernels, biases, strict=True)):
+        if k.ndim != 2 or k.shape[0] != width or b.shape != (k.shape[1],):
+            raise AgentError(f"{p}: layer {i} has kernel {list(k.shape)} and bias {list(b.shape)}, expected "
+                             f"[{width}, n] and [n]")
+        if not (np.isfinite(k).all() and np.isfinite(b).all()):
+            raise AgentError(f"{p}: layer {i} has non-finite weights")
+        width = k.shape[1]
+    if width != N_ACTIONS:
+        raise AgentError(f"{p}: the network has {width} outputs, RL-TCP has {N_ACTIONS} actions")
+    return RlTcpAgent(kernels, biases, mode=mode, step_s=float(doc["step_s"]), training=dict(doc.get("training", {})),
+                      path=p, checksum=str(doc["checksum"]))
