@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from .policy import PolicyError, decode_array, document_checksum, encode_array, write_signed
+from .policy import PolicyError, decode_array, encode_array, read_signed, write_signed
 
 __all__ = ["ACTION_KINDS", "ACTOR_FORMAT", "LEASE_INTERVALS", "OBS_FEATURES", "STATE_KEYS", "Actor", "ActorError",
            "Observer", "annotate_actor", "control_params", "load_actor", "next_base_prob", "prob_scale", "reward",
@@ -296,25 +296,9 @@ def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Seque
 def load_actor(path: str | Path) -> Actor:
     """Load and check an actor file; every problem is one :class:`ActorError` line naming the file."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ActorError(f"{p}: no such actor file (train one with `python -m ccswitch.models.a3c_dualpi2 "
-                         "train`, or use models/dualpi2_a3c.json)") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ActorError(f"{p}: not a readable actor file (invalid JSON: {e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != ACTOR_FORMAT:
-        raise ActorError(f"{p}: not a DualPI2 actor file (key 'format' must be {ACTOR_FORMAT!r})")
-    if doc.get("version") != ACTOR_VERSION:
-        raise ActorError(f"{p}: actor format version {doc.get('version')!r} is not supported (this ccswitch "
-                         f"reads {ACTOR_VERSION}); export it again")
-    try:
-        want, got = doc.get("checksum"), document_checksum(doc)
-    except ValueError as e:  # NaN or Infinity somewhere: JSON allows them on read, the canonical form does not
-        raise ActorError(f"{p}: not a valid actor file ({e})") from None
-    if want != got:
-        raise ActorError(f"{p}: checksum mismatch (file says {want}, content hashes to {got}): the file is "
-                         "corrupt or was edited")
+    doc = read_signed(p, fmt=ACTOR_FORMAT, version=ACTOR_VERSION, what="DualPI2 actor", error=ActorError,
+                      hint="train one with `python -m ccswitch.models.a3c_dualpi2 train`, or use "
+                           "models/dualpi2_a3c.json")
     try:
         return _build_actor(p, doc)
     except PolicyError as e:

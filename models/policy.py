@@ -70,7 +70,7 @@ def document_checksum(doc: Mapping[str, Any]) -> str:
 def write_signed(path: str | Path, doc: dict[str, Any]) -> str:
     """Sign *doc* (its ``checksum`` key) and write it to *path* atomically; returns the checksum.
 
-    One writer for every checksummed model document (policy files, DualPI2 actor files)."""
+    One writer for every checksummed model document (policy files, agent files; :func:`read_signed` reads them)."""
     doc["checksum"] = document_checksum(doc)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -78,6 +78,35 @@ def write_signed(path: str | Path, doc: dict[str, Any]) -> str:
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
     tmp.replace(p)
     return str(doc["checksum"])
+
+
+def read_signed(path: str | Path, *, fmt: str, version: int, what: str, hint: str,
+                error: type[ValueError]) -> dict[str, Any]:
+    """Read a document written by :func:`write_signed` and check its format, version and checksum.
+
+    The one reader of every checksummed model file but the policy file (DualPI2, LFQ and RL-TCP
+    agents): each problem raises *error* with one line naming the file and the fix; *what* names
+    the kind of file ("DualPI2 actor"), *hint* says where a good one comes from."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise error(f"{p}: no such {what} file ({hint})") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise error(f"{p}: not a readable {what} file ({getattr(e, 'strerror', None) or e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise error(f"{p}: not a {what} file (key 'format' must be {fmt!r})")
+    if doc.get("version") != version:
+        raise error(f"{p}: {what} file version {doc.get('version')!r} is not supported (this ccswitch reads "
+                    f"{version}); export it again")
+    try:
+        want, got = doc.get("checksum"), document_checksum(doc)
+    except ValueError as e:  # NaN or Infinity somewhere: JSON allows them on read, the canonical form does not
+        raise error(f"{p}: not a valid {what} file ({e})") from None
+    if want != got:
+        raise error(f"{p}: checksum mismatch (file says {want}, content hashes to {got}): the file is corrupt or "
+                    "was edited")
+    return doc
 
 
 def encode_array(a: np.ndarray) -> dict[str, Any]:

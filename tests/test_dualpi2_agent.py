@@ -65,10 +65,10 @@ def test_actor_file_round_trip_and_constant_action(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("mutate", "message"), [
-    (None, "no such actor file"),
-    ("not json", "not a readable actor file"),
+    (None, "no such DualPI2 actor file"),
+    ("not json", "not a readable DualPI2 actor file"),
     ({"format": "ccswitch-policy"}, "not a DualPI2 actor file"),
-    ({"version": 99}, "actor format version 99 is not supported"),
+    ({"version": 99}, "actor file version 99 is not supported"),
     ({"interval_s": 0.5}, "checksum mismatch"),
 ])
 def test_bad_actor_files_give_one_line_errors(tmp_path: Path, mutate: object, message: str) -> None:
@@ -114,7 +114,7 @@ cca = "cubic"
 
 @pytest.mark.parametrize(("agent", "message"), [
     ('agent = "missing.json"', "link.uplink.qdisc.agent: "),
-    ('agent = "bad.json"', "not a readable actor file"),
+    ('agent = "bad.json"', "not a readable DualPI2 actor file"),
     ("agent_interval_ms = 20", 'only used with agent = "PATH"'),
 ])
 def test_scenario_with_a_bad_agent_is_one_error_line(tmp_path: Path, agent: str, message: str) -> None:
