@@ -81,21 +81,23 @@ def write_signed(path: str | Path, doc: dict[str, Any]) -> str:
 
 
 def read_signed(path: str | Path, *, fmt: str, version: int, what: str, hint: str,
-                error: type[ValueError]) -> dict[str, Any]:
+                error: type[ValueError], article: str = "a") -> dict[str, Any]:
     """Read a document written by :func:`write_signed` and check its format, version and checksum.
 
     The one reader of every checksummed model file but the policy file (DualPI2, LFQ and RL-TCP
     agents): each problem raises *error* with one line naming the file and the fix; *what* names
-    the kind of file ("DualPI2 actor"), *hint* says where a good one comes from."""
+    the kind of file ("DualPI2 actor", with its *article*), *hint* says where a good one comes from."""
     p = Path(path)
     try:
         doc = json.loads(p.read_text())
     except FileNotFoundError:
         raise error(f"{p}: no such {what} file ({hint})") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise error(f"{p}: not a readable {what} file ({getattr(e, 'strerror', None) or e})") from None
+    except OSError as e:
+        raise error(f"{p}: cannot read the {what} file ({e.strerror or e})") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise error(f"{p}: not a readable {what} file (invalid JSON: {e})") from None
     if not isinstance(doc, dict) or doc.get("format") != fmt:
-        raise error(f"{p}: not a {what} file (key 'format' must be {fmt!r})")
+        raise error(f"{p}: not {article} {what} file (key 'format' must be {fmt!r})")
     if doc.get("version") != version:
         raise error(f"{p}: {what} file version {doc.get('version')!r} is not supported (this ccswitch reads "
                     f"{version}); export it again")

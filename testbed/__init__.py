@@ -3,17 +3,23 @@
 ``scenario/``  the contract: scenario files (``model``, ``model_qdisc``, ``parse``, ``parse_qdisc``), a scenario's
                arms (``arms``), its daemon settings as ccswitchd config
                (``daemon_config``), the declarative scenario space and its
-               generator of train/dev/test splits (``space``, ``generate``)
+               generator of train/dev/test splits (``space``, ``generate``), a
+               folder's scenarios behind another router queue (``requeue``)
 ``runs/``      carrying a scenario out on network namespaces: ``netns``,
                ``topology``, the link (``emulator``: linkemu), ``iperf``,
                ``daemons`` (ccswitchd per client), ``runner`` (one scenario,
                one folder per seed), ``matrix`` (many scenarios x arms x seeds,
-               resumable, locally or on a Ray cluster via ``cluster``)
+               resumable, locally or on a Ray cluster via ``cluster``), the
+               router-side agents beside linkemu (``dualpi2_agent``, ``lfq_agent``)
 ``reports/``   reading run folders back: ``run`` (one run: tables, plots, the
                last-half target metrics), ``experiments`` (the nine hand-written
                fairness scenarios), ``matrix`` (a whole matrix: one Markdown
-               report with CDFs and per-category breakdowns)
-``experiments`` the nine-scenario driver (``python -m ccswitch.testbed.experiments``)
+               report with CDFs and per-category breakdowns), ``coordination``,
+               ``lfq_reproduction`` (paper 001's one-flow set-up)
+``experiments`` the nine-scenario driver (``python -m ccswitch.testbed.experiments``);
+               beside it the drivers ``calibration`` (paper 002's path),
+               ``network_comparison`` (router queues on the nine scenarios) and
+               ``lfq_reproduction`` (paper 001's headline set-up)
 
 Beside them, not Python packages: ``scenarios/`` (committed scenario files,
 ``scenarios/space.toml`` and the committed ``scenarios/matrix/`` dev and test

@@ -55,6 +55,8 @@ QUEUES: dict[str, str] = {
     # shipped residual actor models/dualpi2_a3c.json is not in this comparison yet; absolute: scenario copies
     # live elsewhere)
     "dualpi2-a3c": f'{{ kind = "dualpi2", agent = "{REPO / "models" / "dualpi2_a3c_step.json"}" }}',
+    # paper 001's LFQ: fq with per-flow limits set every 10 ms by the trained agent (docs/network/lfq.md)
+    "lfq": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor.json"}" }}',
     # paper 004: every flow the same (Gold) policy, so per-flow packet values decide the shares
     "vdq_csaqm": '{ kind = "vdq_csaqm", default_policy = "gold" }',
 }

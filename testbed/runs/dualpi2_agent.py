@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import logging
-import threading
 import time
 from pathlib import Path
 
@@ -29,13 +28,14 @@ from ccswitch.models.dualpi2_actor import (
 )
 
 from .linkemu_control import LinkemuControl, LinkemuControlError
+from .router_agent import RouterAgentLoop
 
 __all__ = ["AgentLoop"]
 
 log = logging.getLogger(__name__)
 
 
-class AgentLoop:
+class AgentLoop(RouterAgentLoop):
     """The agent beside a running linkemu: a thread that acts every ``actor.interval_s``.
 
     ``start()`` connects (raising :class:`LinkemuControlError` if the socket is not there);
@@ -45,43 +45,19 @@ class AgentLoop:
     interval: time, observation, action, p' set, reward.
     """
 
+    name = "dualpi2-agent"
+
     def __init__(self, socket_path: str | Path, actor: Actor, *, rate_mbit: float, direction: str = "uplink",
                  interval_s: float | None = None, log_csv: str | Path | None = None) -> None:
-        self.socket_path = Path(socket_path)
+        super().__init__(socket_path, direction=direction, interval_s=interval_s or actor.interval_s,
+                         log_csv=log_csv)
         self.actor = actor
-        self.direction = direction
-        self.interval_s = interval_s or actor.interval_s
         self.observer = Observer(rate_mbit, actor.target_ms)
-        self.log_csv = Path(log_csv) if log_csv else None
-        self.error: str | None = None
-        self.steps = 0
-        self.cpu_s = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._ctl: LinkemuControl | None = None
 
-    def start(self) -> AgentLoop:
-        self._ctl = LinkemuControl(self.socket_path)
-        self._ctl.__enter__()
-        self._thread = threading.Thread(target=self._run, name="dualpi2-agent", daemon=True)
-        self._thread.start()
-        return self
-
-    def __enter__(self) -> AgentLoop:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-        if self._ctl is not None:
-            with contextlib.suppress(LinkemuControlError, OSError):
-                self._ctl.set(self.direction, base_prob="auto")
-            self._ctl.__exit__(None, None, None)
-            self._ctl = None
+    def _release(self, ctl: LinkemuControl) -> None:
+        """The PI controller takes p' back at once (not only when the lease runs out)."""
+        with contextlib.suppress(LinkemuControlError, OSError):
+            ctl.set(self.direction, base_prob="auto")
 
     def _run(self) -> None:
         assert self._ctl is not None

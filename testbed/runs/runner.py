@@ -63,6 +63,7 @@ from ccswitch.schema import FLOW_SAMPLE_SCHEMA
 
 from ..scenario import Flow, Scenario, Switch
 from ..scenario.model import CONTROL_SOCKET
+from ..scenario.model_qdisc import Lfq
 from .daemons import KILL_TIMEOUT_S, START_TIMEOUT_S, STOP_TIMEOUT_S, DaemonError, DaemonProcess, daemon_running
 from .iperf import IperfError, IperfFlow, IperfServer, start_flow, start_server
 from .netns import cleanup_leftovers, entered, nsenter_argv
@@ -649,30 +650,44 @@ def _netns_side(sc: Scenario, flows: Sequence[Flow], run_dir: Path, seed: int, m
 
 
 def _router_agents(sc: Scenario, run_dir: Path, meta: dict[str, Any], stack: contextlib.ExitStack) -> None:
-    """Start the DualPI2 agent of every direction whose queue names one (``agent``); stopped before linkemu.
+    """Start the agent of every direction whose queue names one (``agent``); stopped before linkemu.
 
-    Each writes ``emulator/agent-DIR.csv`` (one row per interval); summary.json's ``meta.router_agents``
-    records the actor file, its checksum, the steps taken, the loop's CPU time and any error.
+    dualpi2: paper 000's A3C agent (testbed/runs/dualpi2_agent.py); lfq: paper 001's LFQ agent
+    (testbed/runs/lfq_agent.py).  Each writes ``emulator/agent-DIR.csv`` (one row per interval, per flow
+    for lfq); summary.json's ``meta.router_agents`` records the actor file, its checksum, the steps taken,
+    the loop's CPU time and any error.
     """
     agents = sc.router_agents()
     if not agents:
         return
-    from ccswitch.models.dualpi2_actor import load_actor
-
-    from .dualpi2_agent import AgentLoop
-
     meta["router_agents"] = {}
     for direction, q in agents.items():
         assert q.agent is not None
-        actor = load_actor(q.agent)
-        rate = getattr(sc.link, direction).rate_mbit
-        interval = q.agent_interval_ms / 1000 if q.agent_interval_ms else actor.interval_s
-        loop = AgentLoop(run_dir / "emulator" / CONTROL_SOCKET, actor, rate_mbit=rate, direction=direction,
-                         interval_s=interval, log_csv=run_dir / "emulator" / f"agent-{direction}.csv")
-        rec: dict[str, Any] = {"actor": str(q.agent), "checksum": actor.checksum, "interval_s": interval}
+        log_csv = run_dir / "emulator" / f"agent-{direction}.csv"
+        sock = run_dir / "emulator" / CONTROL_SOCKET
+        loop: Any
+        if isinstance(q, Lfq):
+            from ccswitch.models.lfq_actor import load_actor as load_lfq_actor
+
+            from .lfq_agent import AgentLoop as LfqAgentLoop
+
+            actor: Any = load_lfq_actor(q.agent)
+            interval = q.agent_interval_ms / 1000 if q.agent_interval_ms else actor.interval_s
+            loop = LfqAgentLoop(sock, actor, direction=direction, interval_s=interval, log_csv=log_csv)
+        else:
+            from ccswitch.models.dualpi2_actor import load_actor
+
+            from .dualpi2_agent import AgentLoop
+
+            actor = load_actor(q.agent)
+            rate = getattr(sc.link, direction).rate_mbit
+            interval = q.agent_interval_ms / 1000 if q.agent_interval_ms else actor.interval_s
+            loop = AgentLoop(sock, actor, rate_mbit=rate, direction=direction, interval_s=interval, log_csv=log_csv)
+        rec: dict[str, Any] = {"kind": "lfq" if isinstance(q, Lfq) else "dualpi2", "actor": str(q.agent),
+                               "checksum": actor.checksum, "interval_s": interval}
         meta["router_agents"][direction] = rec
 
-        def record(loop: AgentLoop = loop, rec: dict[str, Any] = rec) -> None:
+        def record(loop: Any = loop, rec: dict[str, Any] = rec) -> None:
             rec.update(steps=loop.steps, cpu_s=round(loop.cpu_s, 3), error=loop.error)
 
         stack.callback(record)

@@ -31,7 +31,9 @@ A scenario is a TOML file (examples in ``testbed/scenarios/``)::
                                          # interval_ms, limit_pkts, ecn) or { kind = "fq",
                                          # flow_limit_pkts = 100 } (per-flow queues, static per-flow limit)
                                          # or { kind = "lfq", default_limit_pkts = 100 } (fq with per-flow
-                                         # limits set at run time through linkemu's control socket)
+                                         # limits set at run time through linkemu's control socket;
+                                         # agent = "models/lfq_actor.json": paper 001's trained agent sets
+                                         # them, agent_interval_ms default 10; see Lfq)
                                          # or { kind = "pie" } (RFC 8033: target_ms, tupdate_ms, alpha,
                                          # beta, max_burst_ms, limit_pkts, ecn, bytemode) or
                                          # { kind = "fq_pie", flows = 6 } (a PIE per flow queue; also

@@ -326,9 +326,9 @@ class Scenario:
         } | ({"client_delay_ms": list(self.link.client_delay_ms)} if self.link.client_delay_ms else {}) | (
             {"control": {"socket": str(stats_dir / CONTROL_SOCKET)}} if self.router_agents() else {})
 
-    def router_agents(self) -> dict[str, DualPi2]:
-        """Directions ("uplink", "downlink") whose dualpi2 queue is run by an agent (``agent``)."""
+    def router_agents(self) -> dict[str, DualPi2 | Lfq]:
+        """Directions ("uplink", "downlink") whose dualpi2 or lfq queue is run by an agent (``agent``)."""
         return {name: d.qdisc for name, d in (("uplink", self.link.uplink), ("downlink", self.link.downlink))
-                if isinstance(d.qdisc, DualPi2) and d.qdisc.agent is not None}
+                if isinstance(d.qdisc, DualPi2 | Lfq) and d.qdisc.agent is not None}
 
 

@@ -145,6 +145,11 @@ class Lfq:
     limit (1..``limit_pkts``).  ``limit_pkts`` 10240 in all queues, ``flows`` 1024,
     ``quantum`` 1514, ``idle_timeout_ms`` 3000 (a queue idle that long starts a new flow);
     None fields take these defaults.
+
+    ``agent`` (a path, relative to the scenario file): an actor file of paper 001's LFQ agent
+    (``models/lfq_actor.json``); the runner then sets every flow's limit from it every
+    ``agent_interval_ms`` (default: the interval it was trained with, 10 ms) through linkemu's control
+    socket (testbed/runs/lfq_agent.py).  Not linkemu fields.
     """
 
     default_limit_pkts: int | None = None
@@ -152,9 +157,14 @@ class Lfq:
     flows: int | None = None
     quantum: int | None = None
     idle_timeout_ms: float | None = None
+    agent: Path | None = None
+    agent_interval_ms: float | None = None
 
     def to_config(self) -> dict[str, Any]:
-        return {"kind": "lfq", **present_fields(self)}
+        cfg: dict[str, Any] = {"kind": "lfq", **present_fields(self)}
+        cfg.pop("agent", None)
+        cfg.pop("agent_interval_ms", None)
+        return cfg
 
 
 @dataclass(frozen=True)

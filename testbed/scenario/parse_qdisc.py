@@ -94,12 +94,22 @@ def _dualpi2(t: Table, base_dir: Path | None = None) -> DualPi2:
                    agent_interval_ms=interval, **v)
 
 
-def _agent(t: Table, base_dir: Path | None) -> Path | None:
-    """dualpi2's ``agent``: an actor file (relative to the scenario file), checked by loading it."""
+def _agent(t: Table, base_dir: Path | None, kind: str = "dualpi2") -> Path | None:
+    """A queue's ``agent``: an actor file (relative to the scenario file), checked by loading it with the
+    loader of *kind*'s agent (dualpi2: paper 000's A3C actor; lfq: paper 001's LFQ actor)."""
     raw = t.string("agent")
     if raw is None:
         return None
     path = ((base_dir or Path.cwd()) / raw).resolve()
+    if kind == "lfq":
+        from ccswitch.models.lfq_actor import ActorError as LfqActorError
+        from ccswitch.models.lfq_actor import load_actor as load_lfq_actor
+
+        try:
+            load_lfq_actor(path)
+        except LfqActorError as e:
+            t.err(t.here("agent"), str(e))
+        return path
     from ccswitch.models.dualpi2_actor import ActorError, load_actor
 
     try:
@@ -133,16 +143,20 @@ def _fq(t: Table) -> Fq:
     return Fq(**v)
 
 
-def _lfq(t: Table) -> Lfq:
-    """The lfq qdisc table: fq's queues, a default per-flow limit (at most the overall limit)."""
+def _lfq(t: Table, base_dir: Path | None = None) -> Lfq:
+    """The lfq qdisc table: fq's queues, a default per-flow limit (at most the overall limit), an agent."""
     v = optional_fields(t, {**_FQ_QUEUES, "default_limit_pkts": ("int", 1, 10_000_000),
                             "limit_pkts": ("int", 1, 10_000_000), "idle_timeout_ms": ("pos", None, 3_600_000.0)})
     limit = v.get("limit_pkts", FQ_DEFAULT_LIMIT_PKTS)
     default = v.get("default_limit_pkts", FQ_DEFAULT_FLOW_LIMIT_PKTS)
     if default > limit:
         t.err(t.here("default_limit_pkts"), f"must be <= limit_pkts ({limit}), got {default}")
+    agent = _agent(t, base_dir, "lfq")
+    interval = t.number("agent_interval_ms", None, lo=1.0, hi=10_000.0)
+    if interval is not None and agent is None:
+        t.err(t.here("agent_interval_ms"), "only used with agent = \"PATH\" (an LFQ actor file)")
     t.done()
-    return Lfq(**v)
+    return Lfq(agent=agent, agent_interval_ms=interval, **v)
 
 
 _PIE = {"target_ms": ("pos", None, 60_000.0), "tupdate_ms": ("num", 0.1, 60_000.0), "alpha": ("pos", None, 2.0),
@@ -218,7 +232,7 @@ def _vdq_csaqm(t: Table) -> VdqCsaqm:
 
 def parse_qdisc(t: Table, base_dir: Path | None = None
                 ) -> Pfifo | Codel | DualPi2 | FqCodel | Fq | Lfq | Pie | FqPie | VdqCsaqm | FqDualPi2:
-    """A queue table; *base_dir* (the scenario file's folder) resolves dualpi2's ``agent`` path."""
+    """A queue table; *base_dir* (the scenario file's folder) resolves dualpi2's and lfq's ``agent`` path."""
     kind = t.string("kind", required=True, choices=QDISC_KINDS)
     if kind == "vdq_csaqm":
         return _vdq_csaqm(t)
@@ -235,7 +249,7 @@ def parse_qdisc(t: Table, base_dir: Path | None = None
     if kind == "fq":
         return _fq(t)
     if kind == "lfq":
-        return _lfq(t)
+        return _lfq(t, base_dir)
     limit = int(t.integer("limit_pkts", 1000, lo=1, hi=10_000_000) or 1000)
     if kind == "pfifo":
         q: Pfifo | Codel = Pfifo(limit)

@@ -1,0 +1,241 @@
+"""Training episodes for paper 001's LFQ agent: real TCP flows through linkemu's lfq, one experiment per flow.
+
+Paper 001 (section VI, online learning) trains on flows drawn from one
+distribution: bandwidth U[5, 25] Mbit/s, RTT U[5, 25] ms, NewReno or BIC (here
+CUBIC, which Linux has and ns-3 then had not), duration U[3.75, 6.25] s.  During
+each flow, at a random time t_e in [0, duration / 2], it performs its
+*experiment*: the flow's limit changes once and is then kept to the end; what
+the flow earned from t_e to its end, reward = (throughput - ALPHA * mean queue
+* MTU) / 1e6 (:func:`ccswitch.models.lfq_actor.reward`), is the label of the
+features seen at t_e.  This module produces those (features, limit, reward)
+samples on the live namespace testbed (root): :class:`LfqEpisodes` owns one
+topology and runs one *episode* per call.
+
+**Episode.**  ``flows_per_run`` TCP flows (default 3) run at once, each from
+its own client with its own RTT, CCA, duration and experiment, plus one UDP
+*filler* (FILLER_LOAD x b offered, from one more client), through one lfq
+uplink of ``(flows_per_run + 1) x b`` Mbit/s with b ~ U[5, 25]: fair queuing
+gives every backlogged flow b, so each flow sees the paper's one-flow
+bottleneck of bandwidth b.  RTT: 1 ms of link delay each way plus the client's delay line
+(``client_delay_ms``) on the ACK path.  Deviation (docs/network/lfq.md): the
+paper runs one flow per simulation; real time is the bottleneck of training
+here (a 5 s flow takes 5 s), and four flows per run give four samples per
+run.  The price: a flow that leaves its share idle (a too small limit) gives
+it to the others while they are backlogged, so their throughput can exceed b;
+the filler, always backlogged, takes its part of any idle share (so a flow
+with a small limit is less often rescued by its neighbours' idleness), and
+the reward clips a flow's throughput at b.
+
+**Before and at t_e** (the behaviour policy, ``pre``): each flow keeps a limit
+drawn log-uniformly in 1..256 packets for the whole pre-experiment phase
+(``pre="random"``), or the current actor sets it every interval
+(``pre=Actor``); the experiment limit is drawn log-uniformly in 1..256
+(``explore="uniform"``) or is the actor's limit times 2**U[-1.5, 1.5]
+(``explore="around"``).  The paper's own experiment is the actor's limit +-1;
+ours spans the range because we have ~10^3 real-time flows, not ~10^5
+simulated ones (a critic of Q(s, limit) then has data across the range).
+
+The control loop polls linkemu every ``interval_s`` (10 ms, as the router
+agent): features, backlog and packets out per flow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ccswitch.models.lfq_actor import LOG2_MAX, LOG2_MIN, MTU, Actor, observation, reward
+
+__all__ = ["FlowDraw", "LfqEpisodes", "draw_flow"]
+
+FIRST_PORT = 5401
+FILLER_LOAD = 1.5
+"""The filler's offered UDP load in units of b (docstring): always backlogged at its share."""
+DATA_MIN_PKTS = 20
+"""A flow counts as the iperf3 data connection once it has this many packets in (the control connection
+to the same port sends about ten in a run; the data connection reaches 20 within ~3 RTTs)."""
+BASE_RTT_MS = 2.0
+"""The link's own RTT in an episode (1 ms each way); a flow's delay line adds the rest of its RTT."""
+
+
+@dataclass(frozen=True)
+class FlowDraw:
+    """One flow of paper 001's distribution and its experiment."""
+
+    bandwidth_mbit: float
+    rtt_ms: float
+    cca: str
+    duration_s: float
+    t_exp_s: float
+    limit_pre: int       # the behaviour limit before t_e (0: the actor's)
+    limit_exp: int       # the experiment's limit (0: drawn around the actor's at t_e)
+
+
+def _log_uniform_limit(rng: np.random.Generator) -> int:
+    return max(1, round(2.0 ** rng.uniform(LOG2_MIN, LOG2_MAX)))
+
+
+def draw_flow(rng: np.random.Generator, bandwidth_mbit: float, *, pre: str = "random",
+              explore: str = "uniform") -> FlowDraw:
+    """A flow of the paper's distribution (bandwidth given: the episode's b)."""
+    duration = float(rng.uniform(3.75, 6.25))
+    return FlowDraw(bandwidth_mbit=round(bandwidth_mbit, 2), rtt_ms=round(float(rng.uniform(5.0, 25.0)), 2),
+                    cca=str(rng.choice(("reno", "cubic"))), duration_s=round(duration, 3),
+                    t_exp_s=round(float(rng.uniform(0.0, duration / 2)), 3),
+                    limit_pre=_log_uniform_limit(rng) if pre == "random" else 0,
+                    limit_exp=_log_uniform_limit(rng) if explore == "uniform" else 0)
+
+
+@dataclass
+class _Track:
+    draw: FlowDraw
+    client_addr: str
+    queue: int | None = None
+    t0: float | None = None          # emulator time the flow was first seen
+    obs: list[float] | None = None   # features at t_e
+    limit_exp: int = 0
+    out_at_exp: int = 0
+    queue_sum: float = 0.0
+    queue_n: int = 0
+    out_end: int | None = None
+    limit_at_exp_before: int = 0
+
+
+class LfqEpisodes:
+    """Runs training episodes on one topology (module docstring).  Needs root and the linkemu binary."""
+
+    def __init__(self, *, flows_per_run: int = 3, interval_s: float = 0.01, workdir: str | Path | None = None,
+                 seed: int = 1) -> None:
+        self.n = flows_per_run
+        self.interval_s = interval_s
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="lfq-env-"))
+        self.rng = np.random.default_rng(seed)
+        self.episodes = 0
+        self._stack = contextlib.ExitStack()
+        self._topo: Any = None
+
+    def __enter__(self) -> LfqEpisodes:
+        from ccswitch.testbed.runs.topology import Topology
+
+        self._topo = self._stack.enter_context(Topology(self.n + 1))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+        self._topo = None
+
+    def episode(self, *, actor: Actor | None = None, pre: str = "random", explore: str = "uniform"
+                ) -> list[dict[str, Any]]:
+        """One episode; returns one sample per flow that reached its experiment and its end."""
+        from ccswitch.testbed.runs.emulator import Emulator, emulator_config, link
+        from ccswitch.testbed.runs.iperf import IperfFlow, start_server
+        from ccswitch.testbed.runs.linkemu_control import LinkemuControl
+
+        assert self._topo is not None, "use LfqEpisodes as a context manager"
+        if (pre == "actor" or explore == "around") and actor is None:
+            raise ValueError("pre='actor' and explore='around' need an actor")
+        topo, rng = self._topo, self.rng
+        self.episodes += 1
+        b = float(rng.uniform(5.0, 25.0))
+        draws = [draw_flow(rng, b, pre=pre, explore=explore) for _ in range(self.n)]
+        tracks = [_Track(d, topo.client_addrs[i]) for i, d in enumerate(draws)]
+        sock = self.workdir / "linkemu.sock"
+        rate = b * (self.n + 1)
+        cfg = emulator_config(
+            topo.client_ifs, topo.server_if, seed=self.episodes, interval_ms=1000,
+            uplink=link(rate, BASE_RTT_MS / 2, qdisc={"kind": "lfq"}),
+            downlink=link(rate, BASE_RTT_MS / 2, limit_pkts=1000),
+            client_delay_ms=[max(d.rtt_ms - BASE_RTT_MS, 0.0) for d in draws] + [0.0],
+            control={"socket": str(sock)})
+        with contextlib.ExitStack() as ep:
+            ep.enter_context(Emulator(topo.router, cfg, stats_dir=self.workdir / "emulator"))
+            ctl = ep.enter_context(LinkemuControl(sock, connect_timeout=5.0))
+            for i in range(self.n + 1):
+                ep.enter_context(start_server(topo.server, FIRST_PORT + i, bind=topo.server_addr))
+            # The filler (docstring): UDP at FILLER_LOAD x b from the last client, longer than every flow.
+            ep.enter_context(IperfFlow(topo.clients[self.n], topo.server_addr, FIRST_PORT + self.n, udp=True,
+                                       bitrate=FILLER_LOAD * b * 1e6, seconds=7.5, interval=1.0))
+            for i, d in enumerate(draws):
+                ep.enter_context(IperfFlow(topo.clients[i], topo.server_addr, FIRST_PORT + i, cca=d.cca,
+                                           seconds=d.duration_s, interval=1.0))
+            self._loop(ctl, tracks, actor)
+        return [self._sample(t, b) for t in tracks if t.obs is not None and t.out_end is not None]
+
+    def _loop(self, ctl: Any, tracks: list[_Track], actor: Actor | None) -> None:
+        deadline = time.monotonic() + max(t.draw.duration_s for t in tracks) + 3.0
+        next_t = time.monotonic()
+        while time.monotonic() < deadline and any(t.out_end is None for t in tracks):
+            st = ctl.state("uplink", fields=("flows",))
+            now = float(st["t_s"])
+            flows = st["uplink"].get("flows") or []
+            changes: list[dict[str, int]] = []
+            for t in tracks:
+                f = _data_flow(flows, t.client_addr, FIRST_PORT + tracks.index(t))
+                if f is None or t.out_end is not None:
+                    continue
+                if t.t0 is None:
+                    t.t0, t.queue = now, int(f["queue"])
+                age = float(f.get("age_s", now - t.t0))
+                if age >= t.draw.duration_s:
+                    t.out_end = int(f["packets_out"])
+                    continue
+                if t.obs is None and age >= t.draw.t_exp_s:
+                    t.obs = observation(f.get("features") or {}).tolist()
+                    t.out_at_exp = int(f["packets_out"])
+                    t.limit_at_exp_before = int(f["limit_pkts"])
+                    lim = t.draw.limit_exp
+                    if lim == 0:
+                        assert actor is not None
+                        base = actor.limits([f.get("features") or {}])[0]
+                        lim = max(1, min(256, round(base * 2.0 ** self.rng.uniform(-1.5, 1.5))))
+                    t.limit_exp = lim
+                    want = lim
+                elif t.obs is not None:
+                    t.queue_sum += float(f["backlog_pkts"])
+                    t.queue_n += 1
+                    want = t.limit_exp
+                elif t.draw.limit_pre:
+                    want = t.draw.limit_pre
+                else:
+                    assert actor is not None
+                    want = actor.limits([f.get("features") or {}])[0]
+                if want != int(f["limit_pkts"]):
+                    changes.append({"queue": int(f["queue"]), "limit_pkts": int(want)})
+            if changes:
+                with contextlib.suppress(Exception):  # a flow that just ended: the next state says so
+                    ctl.set("uplink", flows=changes)
+            next_t += self.interval_s
+            time.sleep(max(next_t - time.monotonic(), 0.0))
+
+    def _sample(self, t: _Track, b_mbit: float) -> dict[str, Any]:
+        d = t.draw
+        span = max(d.duration_s - d.t_exp_s, 1e-3)
+        assert t.out_end is not None
+        thr = (t.out_end - t.out_at_exp) * MTU / span  # bytes/s
+        thr = min(thr, b_mbit * 1e6 / 8)  # a neighbour's idle share is not this limit's merit (docstring)
+        q = t.queue_sum / t.queue_n if t.queue_n else 0.0
+        return {"draw": asdict(d), "obs": [round(x, 6) for x in t.obs or []], "limit_exp": t.limit_exp,
+                "limit_before": t.limit_at_exp_before, "throughput_mbit": round(thr * 8 / 1e6, 4),
+                "mean_queue_pkts": round(q, 3), "reward": round(reward(thr, q), 5),
+                "bdp_pkts": round(b_mbit * 1e6 / 8 * d.rtt_ms / 1e3 / MTU, 3), "episode": self.episodes,
+                "t": time.time()}
+
+
+def _data_flow(flows: list[dict[str, Any]], src: str, dport: int) -> dict[str, Any] | None:
+    """The iperf3 data connection of client *src* to *dport*: of that 5-tuple family the one with most
+    packets, once it has DATA_MIN_PKTS (iperf3's control connection to the same port carries a few)."""
+    best = None
+    for f in flows:
+        k = f.get("key") or {}
+        n = f.get("packets_in", 0)
+        if (k.get("src") == src and k.get("dport") == dport and k.get("proto") == 6 and n >= DATA_MIN_PKTS
+                and (best is None or n > best.get("packets_in", 0))):
+            best = f
+    return best
+

@@ -1,0 +1,245 @@
+"""The LFQ actor file and what it defines: paper 001's agent's observation, action and reward.
+
+Numpy only (no TensorFlow): the router side (``testbed/runs/lfq_agent.py``, the loop
+beside linkemu), the training episodes (``envs/lfq_env.py``), the trainer
+(``models/lfq_train.py``) and the scenario parser (which checks an lfq ``agent``
+file) all use these definitions.
+
+Paper 001 ("LFQ: Online Learning of Per-flow Queuing Policies using Deep
+Reinforcement Learning") puts a neural network beside fair queuing: for every
+flow it outputs that flow's maximum buffer size (tail-drop limit, packets) from
+per-flow observations.  Here the queue is linkemu's ``lfq`` (fq with a per-flow
+limit, ``testbed/linkemu/src/qdisc/lfq.rs``) and the agent talks to it through
+linkemu's control socket (:mod:`ccswitch.testbed.runs.linkemu_control`):
+
+1. ``state`` of the bottleneck direction lists the active flows, each with the
+   paper's six features as 10 EWMAs (``lfq_features.rs``): queue size, its
+   standard deviation, the limit, incoming and outgoing rate, time since the
+   last loss.  :func:`observation` scales them (:data:`SCALES`) into the 60
+   inputs, in the order of :data:`OBS_FEATURES`.
+2. The actor network (numpy only) maps the 60 inputs to a in [-1, 1]
+   (tanh); :func:`limit_for` maps a to the limit on a log scale:
+   limit = round(2 ** (LOG2_MIN + (a + 1) / 2 * (LOG2_MAX - LOG2_MIN))), 1..256 packets.
+3. One ``set`` with every flow's new limit (``flows: [{queue, limit_pkts}]``),
+   only for flows whose limit changes.
+
+Reward (the paper's equation 1 as its authors' code computes it, ``rl.cc``):
+r = (throughput [B/s] - ALPHA * mean queue [packets] * MTU [B]) / 1e6 over the
+rest of the flow after a decision, ALPHA = 10 /s: one packet held in the queue
+for the whole flow costs as much as 10 MTU/s (0.12 Mbit/s) of throughput.
+
+Where this deviates from the paper, and why (docs/network/lfq.md has the whole list):
+
+* **Output**: the paper's network outputs the limit itself (linear output,
+  targets +-1 packet).  Ours outputs a in [-1, 1] mapped log-scale to 1..256
+  packets: the optimal limits span 1..~60 packets (a BDP of 5 Mbit/s x 5 ms is
+  2 packets, of 25 Mbit/s x 25 ms 52), and a bounded output keeps the actor
+  inside what the critic was trained on.
+* **Input scaling**: the authors divide queue sizes by 100, rates by 10000 pps
+  and times by 10 s; ours rates by 1000 pps (at 5..25 Mbit/s the rates are
+  400..2100 pps: /10000 leaves them all near 0.1 and the network hardly sees
+  the bandwidth, the feature the limit most depends on).
+* **Network**: two hidden layers of 64 (leaky ReLU) instead of three of 256:
+  we train on ~10^3 real-time flows, not the paper's ~10^5 simulated ones.
+
+The actor file (``ccswitch-lfq-actor``, JSON, checksummed like the DQN's policy
+file) is the one contract between training and the router; scenario files
+select it with ``agent`` in an lfq queue table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .policy import PolicyError, decode_array, encode_array, read_signed, write_signed
+
+__all__ = [
+    "ACTOR_FORMAT",
+    "ALPHA",
+    "FEATURE_NAMES",
+    "LOG2_MAX",
+    "LOG2_MIN",
+    "MTU",
+    "OBS_FEATURES",
+    "SCALES",
+    "Actor",
+    "ActorError",
+    "K",
+    "action_for",
+    "annotate_actor",
+    "limit_for",
+    "load_actor",
+    "observation",
+    "reward",
+    "save_actor",
+]
+
+ACTOR_FORMAT = "ccswitch-lfq-actor"
+ACTOR_VERSION = 1
+
+K = 10
+"""EWMAs per feature (linkemu's lfq_features.rs: weights 2^-5 .. 2^-14)."""
+SCALES: dict[str, float] = {
+    "queue_pkts": 100.0,       # the authors' /100
+    "queue_std_pkts": 100.0,   # the authors' /100
+    "limit_pkts": 100.0,       # the authors' /100
+    "in_rate_pps": 1000.0,     # the authors' /10000; module docstring: /1000
+    "out_rate_pps": 1000.0,
+    "since_loss_s": 10.0,      # the authors' /10 s
+}
+"""Each of the paper's six features (linkemu's names) and what it is divided by."""
+FEATURE_NAMES: tuple[str, ...] = tuple(SCALES)
+OBS_FEATURES: tuple[str, ...] = tuple(f"{n}[{k}]" for n in FEATURE_NAMES for k in range(K))
+"""The observation, in order: the six features' 10 averages each (60 numbers)."""
+CLIP = 20.0
+"""Every input is clipped to [-CLIP, CLIP] (a time since loss of 200 s; queues of 2000 packets)."""
+LOG2_MIN, LOG2_MAX = 0.0, 8.0
+"""The limit's range on the log2 scale: 1..256 packets."""
+ALPHA = 10.0
+"""The reward's trade-off (1/s): the authors' ``alpha = 10.0`` (rl.cc)."""
+MTU = 1500
+"""Bytes per packet in the reward's queue term (the testbed's IP MTU; the authors' segment 1446)."""
+
+
+class ActorError(ValueError):
+    """An actor file is missing, unreadable, corrupt or does not fit this ccswitch."""
+
+
+def observation(features: Mapping[str, Sequence[float]]) -> np.ndarray:
+    """The 60 inputs from one flow's ``features`` object of linkemu's state (missing: zeros)."""
+    out = np.zeros(len(OBS_FEATURES), dtype=np.float32)
+    for i, name in enumerate(FEATURE_NAMES):
+        vals = features.get(name) or ()
+        n = min(len(vals), K)
+        if n:
+            out[i * K:i * K + n] = np.asarray(vals[:n], dtype=np.float64) / SCALES[name]
+    np.nan_to_num(out, copy=False, nan=0.0, posinf=CLIP, neginf=-CLIP)
+    return np.clip(out, -CLIP, CLIP, out=out)
+
+
+def limit_for(action: float) -> int:
+    """The per-flow limit (packets) for action a in [-1, 1] (module docstring, step 2)."""
+    a = -1.0 if not action >= -1.0 else 1.0 if action > 1.0 else float(action)  # NaN -> -1
+    return max(1, round(2.0 ** (LOG2_MIN + (a + 1.0) / 2.0 * (LOG2_MAX - LOG2_MIN))))
+
+
+def action_for(limit: float) -> float:
+    """The inverse of :func:`limit_for` (before rounding): the action that gives *limit* packets."""
+    lg = math.log2(min(max(float(limit), 2.0 ** LOG2_MIN), 2.0 ** LOG2_MAX))
+    return 2.0 * (lg - LOG2_MIN) / (LOG2_MAX - LOG2_MIN) - 1.0
+
+
+def reward(throughput_bps: float, mean_queue_pkts: float) -> float:
+    """Paper 001's reward over the rest of a flow: (throughput [B/s] - ALPHA * queue * MTU) / 1e6.
+
+    *throughput_bps* in bytes per second (as the authors' ``sent_bytes / time``)."""
+    return (throughput_bps - ALPHA * mean_queue_pkts * MTU) / 1e6
+
+
+# ----------------------------------------------------------------- actor ---
+
+
+@dataclass
+class Actor:
+    """The actor: tanh(leaky_relu(... leaky_relu(x W0 + b0) ...) Wn + bn) -> a in [-1, 1] per flow."""
+
+    kernels: list[np.ndarray]
+    biases: list[np.ndarray]
+    interval_s: float
+    leak: float = 0.01
+    training: dict[str, Any] = field(default_factory=dict)
+    evaluation: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+    checksum: str = ""
+
+    def act_batch(self, obs: np.ndarray) -> np.ndarray:
+        """Actions for a (flows, 60) batch of observations."""
+        x = np.asarray(obs, dtype=np.float32)
+        for k, b in zip(self.kernels[:-1], self.biases[:-1], strict=True):
+            x = np.dot(x, k) + b
+            x = np.where(x > 0, x, self.leak * x)
+        return np.tanh(np.dot(x, self.kernels[-1]) + self.biases[-1])[..., 0]
+
+    def act(self, obs: np.ndarray) -> float:
+        return float(self.act_batch(np.asarray(obs, dtype=np.float32)[None, :])[0])
+
+    def limits(self, features: Sequence[Mapping[str, Sequence[float]]]) -> list[int]:
+        """The limit for each flow's ``features`` (one batched forward pass)."""
+        if not features:
+            return []
+        acts = self.act_batch(np.stack([observation(f) for f in features]))
+        return [limit_for(float(a)) for a in acts]
+
+
+def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequence[np.ndarray],
+               interval_s: float, leak: float = 0.01, training: Mapping[str, Any] | None = None,
+               evaluation: Mapping[str, Any] | None = None) -> str:
+    """Write an actor file; returns its checksum."""
+    doc: dict[str, Any] = {
+        "format": ACTOR_FORMAT, "version": ACTOR_VERSION,
+        "features": list(OBS_FEATURES), "scales": dict(SCALES), "interval_s": interval_s,
+        "action": {"kind": "log2 limit", "log2_min": LOG2_MIN, "log2_max": LOG2_MAX},
+        "reward": {"alpha_per_s": ALPHA, "mtu_bytes": MTU},
+        "network": {"hidden_activation": "leaky_relu", "leak": leak, "output_activation": "tanh",
+                    "layers": [{"kernel": encode_array(k), "bias": encode_array(b)}
+                               for k, b in zip(kernels, biases, strict=True)]},
+        "training": json.loads(json.dumps(dict(training or {}), default=str)),
+        "evaluation": json.loads(json.dumps(dict(evaluation or {}), default=str)),
+    }
+    return write_signed(path, doc)
+
+
+def load_actor(path: str | Path) -> Actor:
+    """Load and check an actor file; every problem is one :class:`ActorError` line naming the file."""
+    p = Path(path)
+    doc = read_signed(p, fmt=ACTOR_FORMAT, version=ACTOR_VERSION, what="LFQ actor", article="an",
+                      error=ActorError, hint="train one with `python -m ccswitch.models.lfq_train train`, or use "
+                                             "models/lfq_actor.json")
+    try:
+        return _build_actor(p, doc)
+    except PolicyError as e:
+        raise ActorError(str(e)) from None
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError) as e:
+        raise ActorError(f"{p}: malformed LFQ actor file ({type(e).__name__}: {e})") from None
+
+
+def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
+    if tuple(doc["features"]) != OBS_FEATURES or doc["scales"] != SCALES:
+        raise ActorError(f"{p}: its features or their scaling are not this ccswitch's observation "
+                         f"({len(OBS_FEATURES)} inputs: {', '.join(FEATURE_NAMES)} x {K}); train it again")
+    act = doc["action"]
+    if (act.get("log2_min"), act.get("log2_max")) != (LOG2_MIN, LOG2_MAX):
+        raise ActorError(f"{p}: trained for another action mapping ({act}); train it again")
+    net = doc["network"]
+    layers = net["layers"]
+    kernels = [decode_array(la["kernel"], f"{p}: network.layers[{i}].kernel") for i, la in enumerate(layers)]
+    biases = [decode_array(la["bias"], f"{p}: network.layers[{i}].bias") for i, la in enumerate(layers)]
+    ok = bool(kernels) and kernels[0].ndim == 2 and kernels[0].shape[0] == len(OBS_FEATURES)
+    ok = ok and kernels[-1].ndim == 2 and kernels[-1].shape[1] == 1
+    for i, (k, b) in enumerate(zip(kernels, biases, strict=True)):
+        ok = ok and k.ndim == 2 and b.shape == (k.shape[1],)
+        ok = ok and (i == 0 or kernels[i - 1].shape[1] == k.shape[0])
+    if not ok:
+        raise ActorError(f"{p}: the layers do not chain from {len(OBS_FEATURES)} inputs to 1 output: "
+                         f"{[list(k.shape) for k in kernels]}")
+    interval = float(doc["interval_s"])
+    if not 0.001 <= interval <= 10.0:
+        raise ActorError(f"{p}: interval_s {interval} is outside 0.001..10 s")
+    return Actor(kernels, biases, interval, float(net.get("leak", 0.01)), doc.get("training", {}),
+                 doc.get("evaluation", {}), p, str(doc["checksum"]))
+
+
+def annotate_actor(path: str | Path, evaluation: Mapping[str, Any]) -> str:
+    """Record closed-loop results in an actor file (key ``evaluation``); the checksum covers them."""
+    p = Path(path)
+    load_actor(p)  # refuse to re-sign a corrupt file
+    doc = json.loads(p.read_text())
+    doc["evaluation"] = json.loads(json.dumps(dict(evaluation), default=str))
+    return write_signed(p, doc)

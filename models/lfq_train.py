@@ -1,0 +1,289 @@
+"""Train paper 001's LFQ agent: collect experiments on the live testbed, fit a critic and an actor, export.
+
+    python -m ccswitch.models.lfq_train collect --episodes 200 [--data results/lfq/train.jsonl]
+        [--actor models/lfq_actor.json --pre actor --explore around] [--seed 1]
+    python -m ccswitch.models.lfq_train train [--data results/lfq/train.jsonl] [--out models/lfq_actor.json]
+        [--plot docs/network/lfq-training.png] [--seed 1]
+
+**Paper 001's online learning** (section VI): an actor network outputs each
+flow's buffer limit; during every flow, at a random time t_e in [0, T/2], the
+limit is changed once (the actor's +-1) and kept to the end; a critic network
+V(s) predicts the reward of the rest of the flow (MSE on the observed reward);
+the actor is pulled (MAE) towards the tried limit if the reward beat the
+critic's prediction, towards the opposite one if not.  Batch 40, ~10^5 flows.
+
+**Ours** (the deviations, each for the same reason: our flows are real TCP in
+real time, ~8 s per episode of 3 flows, so ~10^3 flows in an hour, not 10^5):
+
+1. *collect* (``envs/lfq_env.py``): every flow's experiment draws its limit
+   log-uniformly in 1..256 (or around the actor's, ``--explore around``)
+   instead of +-1, so that every sample says something about the whole range;
+   samples go to a JSON-lines file (appended: collection is resumable and
+   rounds accumulate).
+2. *critic* Q(s, a): the paper's critic sees the state only, because its
+   actor's action is fixed (+-1) by the state; ours takes the action (the
+   limit's log2 scale, a in [-1, 1]) as an input, so that a logged batch can
+   train it for any action (off-policy, as DDPG/TD3's critics).  MSE on the
+   observed reward, as the paper's.
+3. *actor*: trained to maximise Q(s, actor(s)) (the deterministic policy
+   gradient), i.e. the limit the critic deems best for each logged state, over
+   the logged states, in place of the paper's +-1 MAE step per flow.
+   The critic is an ensemble (CRITICS networks, each on a bootstrap of the
+   samples); the actor maximises their mean minus PESSIMISM x their spread, so
+   it avoids limits where the few samples disagree (a standard guard of
+   offline actor-critic against the actor exploiting the critic's errors).
+
+Every hyperparameter is in :data:`HP`.  The actor file
+(:mod:`ccswitch.models.lfq_actor`) records them, the sample count and the fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .lfq_actor import OBS_FEATURES, action_for, limit_for, load_actor, save_actor
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = Path("results/lfq/train.jsonl")
+DEFAULT_OUT = REPO / "models" / "lfq_actor.json"
+DEFAULT_PLOT = REPO / "docs" / "network" / "lfq-training.png"
+
+HP: dict[str, Any] = {
+    "interval_s": 0.01,          # control interval (the router loop's and the episodes')
+    "flows_per_run": 3,          # TCP flows per episode (envs/lfq_env.py), plus one UDP filler
+    "hidden": (64, 64),          # hidden layers of actor and critics (leaky ReLU)
+    "leak": 0.01,                # leaky ReLU slope (the paper's "leaky ReLU")
+    "critics": 5,                # critic ensemble size (bootstrap samples)
+    "critic_epochs": 100,        # passes over the samples per critic (held-out MSE is flat from ~100 on)
+    "critic_lr": 1e-3,           # Adam
+    "critic_l2": 1e-3,           # weight decay on critic kernels (few samples)
+    "actor_epochs": 200,         # passes over the logged states
+    "actor_lr": 1e-3,            # Adam
+    "pessimism": 1.0,            # actor maximises mean(Q) - pessimism * std(Q) over the ensemble
+    "batch": 128,                # minibatch (the paper's: 40)
+    "val_frac": 0.15,            # held out to report the critic's fit
+}
+
+
+# --------------------------------------------------------------- collect ---
+
+
+def collect(episodes: int, data: Path, *, actor_path: Path | None, pre: str, explore: str, seed: int) -> None:
+    from ccswitch.envs.lfq_env import LfqEpisodes
+
+    actor = load_actor(actor_path) if actor_path else None
+    data.parent.mkdir(parents=True, exist_ok=True)
+    done = sum(1 for _ in data.open()) if data.is_file() else 0
+    t0 = time.monotonic()
+    # A new seed per invocation and resumed count: a resumed collection draws new flows.
+    with LfqEpisodes(flows_per_run=HP["flows_per_run"], interval_s=HP["interval_s"], seed=seed * 100_003 + done
+                     ) as env, data.open("a") as out:
+        for i in range(1, episodes + 1):
+            samples = env.episode(actor=actor, pre=pre, explore=explore)
+            for s in samples:
+                s["pre"], s["explore"] = pre, explore
+                out.write(json.dumps(s) + "\n")
+            out.flush()
+            el = time.monotonic() - t0
+            print(f"lfq collect: episode {i}/{episodes}, {len(samples)} samples ({done} in the file before), "
+                  f"{el:.0f} s, ETA {el / i * (episodes - i):.0f} s", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------- train ---
+
+
+def load_samples(data: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in data.open() if line.strip()]
+
+
+def _mlp(tf: Any, n_in: int, out_act: str | None, seed: int) -> Any:
+    init = tf.keras.initializers.GlorotUniform(seed=seed)
+    layers = [tf.keras.Input((n_in,))]
+    for h in HP["hidden"]:
+        layers.append(tf.keras.layers.Dense(h, kernel_initializer=init))
+        layers.append(tf.keras.layers.LeakyReLU(negative_slope=HP["leak"]))
+    layers.append(tf.keras.layers.Dense(1, activation=out_act, kernel_initializer=init))
+    return tf.keras.Sequential(layers)
+
+
+def _fit_critic(tf: Any, q: Any, x: np.ndarray, y: np.ndarray, xv: np.ndarray, yv: np.ndarray,
+                rng: np.random.Generator) -> tuple[list[float], list[float]]:
+    """MSE regression with Adam and L2 on the kernels, in minibatches; per-epoch train / held-out MSE."""
+    opt = tf.keras.optimizers.Adam(HP["critic_lr"])
+    kernels = [v for v in q.trainable_variables if "kernel" in v.name]
+
+    @tf.function
+    def step(xb: Any, yb: Any) -> Any:
+        with tf.GradientTape() as tape:
+            mse = tf.reduce_mean(tf.square(q(xb, training=True) - yb))
+            loss = mse + HP["critic_l2"] * tf.add_n([tf.reduce_sum(tf.square(k)) for k in kernels])
+        opt.apply_gradients(zip(tape.gradient(loss, q.trainable_variables), q.trainable_variables, strict=True))
+        return mse
+
+    @tf.function
+    def mse_of(xb: Any, yb: Any) -> Any:
+        return tf.reduce_mean(tf.square(q(xb, training=False) - yb))
+
+    xt, yt = tf.constant(x), tf.constant(y)
+    tr_curve, va_curve = [], []
+    for _ in range(HP["critic_epochs"]):
+        perm = rng.permutation(len(x))
+        for i in range(0, len(x), HP["batch"]):
+            b = perm[i:i + HP["batch"]]
+            step(tf.gather(xt, b), tf.gather(yt, b))
+        tr_curve.append(float(mse_of(xt, yt)))
+        if len(xv):
+            va_curve.append(float(mse_of(tf.constant(xv), tf.constant(yv))))
+    return tr_curve, va_curve
+
+
+def train(data: Path, out: Path, plot: Path | None, seed: int) -> dict[str, Any]:
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.keras.utils.set_random_seed(seed)
+    rows = load_samples(data)
+    obs = np.array([r["obs"] for r in rows], dtype=np.float32)
+    act = np.array([[action_for(r["limit_exp"])] for r in rows], dtype=np.float32)
+    rew = np.array([[r["reward"]] for r in rows], dtype=np.float32)
+    assert obs.shape[1] == len(OBS_FEATURES)
+    rng = np.random.default_rng(seed)
+    idx = rng.permutation(len(rows))
+    n_val = int(len(rows) * HP["val_frac"])
+    val, tr = idx[:n_val], idx[n_val:]
+    # Rewards are ~0..3 (bytes/s / 1e6): centred for the critics' output layer.
+    r_mean = float(rew[tr].mean())
+    x = np.concatenate([obs, act], axis=1)
+
+    critics, curves = [], {"critic_train": [], "critic_val": [], "actor_objective": []}
+    for c in range(HP["critics"]):
+        boot = rng.choice(tr, size=len(tr), replace=True)
+        q = _mlp(tf, len(OBS_FEATURES) + 1, None, seed + 1 + c)
+        tr_curve, va_curve = _fit_critic(tf, q, x[boot], rew[boot] - r_mean, x[val], rew[val] - r_mean, rng)
+        critics.append(q)
+        curves["critic_train"].append(tr_curve)
+        curves["critic_val"].append(va_curve)
+        print(f"lfq train: critic {c + 1}/{HP['critics']}: train MSE {tr_curve[-1]:.4f}, held-out MSE "
+              f"{va_curve[-1] if va_curve else float('nan'):.4f} (held-out reward variance "
+              f"{float(rew[val].var()) if n_val else float('nan'):.4f})", file=sys.stderr, flush=True)
+
+    actor = _mlp(tf, len(OBS_FEATURES), "tanh", seed)
+    opt = tf.keras.optimizers.Adam(HP["actor_lr"])
+    states = tf.constant(obs[tr])
+
+    @tf.function
+    def actor_step(s: Any) -> Any:
+        with tf.GradientTape() as tape:
+            a = actor(s, training=True)
+            xa = tf.concat([s, a], axis=1)
+            qs = tf.stack([q(xa, training=False) for q in critics], axis=0)
+            objective = tf.reduce_mean(tf.reduce_mean(qs, axis=0) - HP["pessimism"] * tf.math.reduce_std(qs, axis=0))
+            loss = -objective
+        opt.apply_gradients(zip(tape.gradient(loss, actor.trainable_variables), actor.trainable_variables,
+                                strict=True))
+        return objective
+
+    n = len(tr)
+    for _ in range(HP["actor_epochs"]):
+        perm = rng.permutation(n)
+        objs = [float(actor_step(tf.gather(states, perm[i:i + HP["batch"]]))) for i in range(0, n, HP["batch"])]
+        curves["actor_objective"].append(float(np.mean(objs)) + r_mean)
+    print(f"lfq train: actor objective {curves['actor_objective'][-1]:.4f}", file=sys.stderr, flush=True)
+
+    dense = [la for la in actor.layers if isinstance(la, tf.keras.layers.Dense)]
+    kernels = [la.kernel.numpy() for la in dense]
+    biases = [la.bias.numpy() for la in dense]
+    limits = [limit_for(float(a)) for a in actor(obs, training=False).numpy()[:, 0]]
+    fit = _fit_summary(rows, limits)
+    training = {"hyperparameters": {k: list(v) if isinstance(v, tuple) else v for k, v in HP.items()},
+                "samples": len(rows), "episodes": len({(r.get("pre"), r["episode"], r["t"] // 1000) for r in rows}),
+                "data": str(data), "seed": seed, "algorithm": "offline actor-critic (module docstring)",
+                "fit_on_training_states": fit,
+                "critic_val_mse_last": [c[-1] if c else None for c in curves["critic_val"]],
+                "reward_var_val": float(rew[val].var()) if n_val else None}
+    checksum = save_actor(out, kernels=kernels, biases=biases, interval_s=HP["interval_s"], leak=HP["leak"],
+                          training=training)
+    print(f"lfq train: wrote {out} ({checksum}); on the training states: {fit}", file=sys.stderr)
+    if plot is not None:
+        _plot(plot, curves, rows, limits)
+    return training
+
+
+def _fit_summary(rows: list[dict[str, Any]], limits: list[int]) -> dict[str, Any]:
+    """The actor's limit on the logged states against the flow's BDP, per CCA (late states only)."""
+    out: dict[str, Any] = {}
+    for cca in ("reno", "cubic"):
+        pick = [(r["bdp_pkts"], lim) for r, lim in zip(rows, limits, strict=True)
+                if r["draw"]["cca"] == cca and r["draw"]["t_exp_s"] >= 1.0]
+        if len(pick) > 2:
+            b, lim = np.array(pick).T
+            out[cca] = {"n": len(pick), "mean_limit": round(float(lim.mean()), 2),
+                        "corr_limit_bdp": round(float(np.corrcoef(b, lim)[0, 1]), 3)}
+    return out
+
+
+def _plot(path: Path, curves: dict[str, Any], rows: list[dict[str, Any]], limits: list[int]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
+    for i, (tr, va) in enumerate(zip(curves["critic_train"], curves["critic_val"], strict=True)):
+        ax[0].plot(tr, color="C0", alpha=0.6, label="train" if i == 0 else None)
+        if va:
+            ax[0].plot(va, color="C1", alpha=0.6, label="held out" if i == 0 else None)
+    ax[0].set(title="critics: MSE of the reward (centred)", xlabel="epoch", yscale="log")
+    ax[0].legend()
+    ax[1].plot(curves["actor_objective"])
+    ax[1].set(title="actor: mean Q(s, actor(s)) - pessimism x std", xlabel="epoch", ylabel="reward")
+    for cca, c in (("reno", "C0"), ("cubic", "C3")):
+        pts = [(r["bdp_pkts"], lim) for r, lim in zip(rows, limits, strict=True)
+               if r["draw"]["cca"] == cca and r["draw"]["t_exp_s"] >= 1.0]
+        if pts:
+            b, lim = np.array(pts).T
+            ax[2].scatter(b, lim, s=8, color=c, alpha=0.6, label=cca)
+    x = np.linspace(0, 55, 10)
+    ax[2].plot(x, x, "k--", lw=0.8, label="1 BDP (Reno's need)")
+    ax[2].plot(x, 0.43 * x, "k:", lw=0.8, label="0.43 BDP (CUBIC's)")
+    ax[2].set(title="actor's limit on logged states (t_e >= 1 s)", xlabel="BDP (packets)", ylabel="limit (packets)")
+    ax[2].legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ccswitch.models.lfq_train", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect", help="run training episodes on the testbed (root), append samples")
+    c.add_argument("--episodes", type=int, default=100)
+    c.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    c.add_argument("--actor", type=Path, default=None)
+    c.add_argument("--pre", choices=("random", "actor"), default="random")
+    c.add_argument("--explore", choices=("uniform", "around"), default="uniform")
+    c.add_argument("--seed", type=int, default=1)
+    t = sub.add_parser("train", help="fit critics and actor on the samples, write the actor file")
+    t.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    t.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    t.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
+    t.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args(argv)
+    if a.cmd == "collect":
+        collect(a.episodes, a.data, actor_path=a.actor, pre=a.pre, explore=a.explore, seed=a.seed)
+    else:
+        train(a.data, a.out, a.plot, a.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,200 @@
+"""Paper 001's headline set-up on the testbed: one flow per run, LFQ's learned limits against fq and FQ-CoDel.
+
+Paper 001 (LFQ, section VII, Table VII) draws single flows -- bandwidth U[5, 25]
+Mbit/s, RTT U[5, 25] ms, NewReno or BIC, U[3.75, 6.25] s -- over two directly
+connected hosts, and compares the bottleneck queue's average throughput, maximum
+and average queue (packets) under LFQ, FqCoDel, fq with 100 and fq with 1000
+packets per flow.  Here: the same draws (CUBIC for BIC), one TCP flow from a
+client namespace through linkemu's uplink (rate b, delay RTT / 2 each way, the
+ACK path a 100-packet FIFO as the paper's other buffers) to the server, with
+the uplink queue one of :data:`ARMS`.  Every draw runs under every arm (paired).
+
+    python -m ccswitch.testbed.lfq_reproduction run [--runs 200] [--arms fq-100,fq-1000,fq_codel,lfq]
+        [--actor models/lfq_actor.json] [--out results/lfq-repro] [--seed 1]
+    python -m ccswitch.testbed.lfq_reproduction report [--results results/lfq-repro]
+        [--doc docs/network/lfq-reproduction.md]
+
+``run`` is resumable (a run's JSON is never repeated) and prints progress with
+an ETA; root.  **Measurement**: linkemu's control socket is polled every 10 ms
+(the lfq arm: by the agent loop itself, :mod:`ccswitch.testbed.runs.lfq_agent`,
+which also sets the limits): the uplink backlog (packets) and bytes out.  From
+the first byte out for the flow's duration: throughput = bytes out x 8 /
+duration, average and maximum of the sampled backlog (a 10 ms sample misses
+peaks shorter than that: the maximum is a lower bound, the same for every
+arm).  The lfq arm also records the limit the agent set, averaged over the
+flow's second half (the paper's "output maximum queue length" once the flow
+is fingerprinted), for the correlation with the BDP and the Reno:CUBIC ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = Path("results/lfq-repro")
+DEFAULT_DOC = REPO / "docs" / "network" / "lfq-reproduction.md"
+DEFAULT_ACTOR = REPO / "models" / "lfq_actor.json"
+PORT = 5201
+SAMPLE_S = 0.01
+
+ARMS: dict[str, dict[str, Any]] = {
+    "fq-100": {"kind": "fq", "flow_limit_pkts": 100},
+    "fq-1000": {"kind": "fq", "flow_limit_pkts": 1000},
+    "fq_codel": {"kind": "fq_codel"},  # Linux defaults: 1024 flows, quantum 1514, 5 ms / 100 ms
+    "lfq": {"kind": "lfq"},  # + the agent (the actor file) setting each flow's limit every 10 ms
+}
+def draws(n: int, seed: int) -> list[dict[str, Any]]:
+    """The paper's distribution, *n* draws (fixed by *seed*: every arm runs the same ones)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        out.append({"i": i, "bandwidth_mbit": round(float(rng.uniform(5, 25)), 2),
+                    "rtt_ms": round(float(rng.uniform(5, 25)), 2), "cca": str(rng.choice(("reno", "cubic"))),
+                    "duration_s": round(float(rng.uniform(3.75, 6.25)), 3)})
+    return out
+
+
+class _Poller:
+    """Polls the uplink's backlog and bytes out every SAMPLE_S (the arms without an agent)."""
+
+    def __init__(self, ctl: Any) -> None:
+        self.ctl = ctl
+        self.trace: list[tuple[float, int, int, dict[int, int]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _Poller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+
+    def _run(self) -> None:
+        nxt = time.monotonic()
+        while not self._stop.is_set():
+            st = self.ctl.state("uplink", fields=("backlog_pkts", "bytes_out"))
+            d = st["uplink"]
+            self.trace.append((float(st["t_s"]), int(d["backlog_pkts"]), int(d["bytes_out"]), {}))
+            nxt += SAMPLE_S
+            self._stop.wait(max(nxt - time.monotonic(), 0.0))
+
+
+def one_run(topo: Any, draw: dict[str, Any], arm: str, actor: Any, workdir: Path) -> dict[str, Any]:
+    """One flow of *draw* through the *arm* queue; the run's metrics."""
+    import contextlib
+
+    from .runs.emulator import Emulator, emulator_config, link
+    from .runs.iperf import IperfFlow, start_server
+    from .runs.lfq_agent import AgentLoop
+    from .runs.linkemu_control import LinkemuControl
+
+    sock = workdir / "linkemu.sock"
+    b, rtt = draw["bandwidth_mbit"], draw["rtt_ms"]
+    cfg = emulator_config(topo.client_ifs, topo.server_if, seed=draw["i"] + 1, interval_ms=1000,
+                          uplink=link(b, rtt / 2, qdisc=dict(ARMS[arm])),
+                          downlink=link(b, rtt / 2, limit_pkts=100),
+                          control={"socket": str(sock)})
+    agent_rec: dict[str, Any] = {}
+    with contextlib.ExitStack() as st:
+        st.enter_context(Emulator(topo.router, cfg, stats_dir=workdir / "emulator"))
+        ctl = st.enter_context(LinkemuControl(sock, connect_timeout=5.0))
+        st.enter_context(start_server(topo.server, PORT, bind=topo.server_addr))
+        sampler: Any = AgentLoop(sock, actor, direction="uplink", trace=True) if arm == "lfq" else _Poller(ctl)
+        with sampler:
+            flow = IperfFlow(topo.clients[0], topo.server_addr, PORT, cca=draw["cca"],
+                             seconds=draw["duration_s"], interval=1.0)
+            with flow:
+                flow.wait(timeout=draw["duration_s"] + 20)
+        if arm == "lfq":
+            agent_rec = {"steps": sampler.steps, "sets": sampler.sets, "refused": sampler.refused,
+                         "cpu_ms_per_step": round(1e3 * sampler.cpu_s / max(sampler.steps, 1), 4),
+                         "error": sampler.error}
+    return {**draw, "arm": arm, **_metrics(sampler.trace, draw["duration_s"]), "agent": agent_rec or None}
+
+
+def _metrics(trace: list[tuple[float, int, int, dict[int, int]]], dur: float) -> dict[str, Any]:
+    t0 = next((t for t, _, out, _ in trace if out > 0), None)
+    if t0 is None:
+        return {"throughput_mbit": 0.0, "avg_queue_pkts": math.nan, "max_queue_pkts": math.nan}
+    win = [(t, q, out, lim) for t, q, out, lim in trace if t0 <= t <= t0 + dur]
+    out0 = max((out for t, _, out, _ in trace if t < t0), default=0)
+    t_end, _, out_end, _ = win[-1]
+    qs = [q for _, q, _, _ in win]
+    res: dict[str, Any] = {"throughput_mbit": round((out_end - out0) * 8 / 1e6 / max(t_end - t0, 1e-3), 4),
+                           "avg_queue_pkts": round(float(np.mean(qs)), 3), "max_queue_pkts": int(max(qs)),
+                           "samples": len(win)}
+    lims = [(t, max(lim.values())) for t, _, _, lim in win if lim]
+    if lims:
+        late = [v for t, v in lims if t >= t0 + dur / 2]
+        res["limit_mean"] = round(float(np.mean([v for _, v in lims])), 2)
+        res["limit_late"] = round(float(np.mean(late)), 2) if late else None
+    return res
+
+
+def run(n: int, arms: list[str], out: Path, actor_path: Path, seed: int) -> None:
+    from ccswitch.models.lfq_actor import load_actor
+
+    from .runs.topology import Topology
+
+    actor = load_actor(actor_path) if "lfq" in arms else None
+    todo = [(d, a) for d in draws(n, seed) for a in arms if not (out / a / f"run-{d['i']:04d}.json").is_file()]
+    print(f"lfq reproduction: {len(todo)} runs to do ({n} draws x {len(arms)} arms, seed {seed})",
+          file=sys.stderr, flush=True)
+    workdir = out / "_work"
+    workdir.mkdir(parents=True, exist_ok=True)
+    t_start = time.monotonic()
+    with Topology(1) as topo:
+        for k, (d, a) in enumerate(todo, 1):
+            res = one_run(topo, d, a, actor, workdir)
+            if actor is not None and a == "lfq":
+                res["actor_checksum"] = actor.checksum
+            dest = out / a / f"run-{d['i']:04d}.json"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(json.dumps(res) + "\n")
+            el = time.monotonic() - t_start
+            print(f"lfq reproduction: [{k}/{len(todo)}] draw {d['i']} {a}: {res['throughput_mbit']:.1f} Mbit/s "
+                  f"(b {d['bandwidth_mbit']}), avg queue {res['avg_queue_pkts']:.1f}, max {res['max_queue_pkts']}"
+                  f"{', limit ' + str(res.get('limit_late')) if a == 'lfq' else ''}; ETA "
+                  f"{el / k * (len(todo) - k) / 60:.0f} min", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ccswitch.testbed.lfq_reproduction",
+                                 description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run the draws under every arm (resumable; root)")
+    r.add_argument("--runs", type=int, default=200)
+    r.add_argument("--arms", default=",".join(ARMS))
+    r.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    r.add_argument("--actor", type=Path, default=DEFAULT_ACTOR)
+    r.add_argument("--seed", type=int, default=1)
+    p = sub.add_parser("report", help="tables and a plot from the runs")
+    p.add_argument("--results", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--doc", type=Path, default=DEFAULT_DOC)
+    a = ap.parse_args(argv)
+    if a.cmd == "run":
+        arms = [x for x in a.arms.split(",") if x]
+        bad = [x for x in arms if x not in ARMS]
+        if bad:
+            ap.error(f"unknown arm(s) {', '.join(bad)}; known: {', '.join(ARMS)}")
+        run(a.runs, arms, a.out, a.actor, a.seed)
+    else:
+        from .reports.lfq_reproduction import report
+
+        report(a.results, a.doc)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,206 @@
+"""The report of paper 001's reproduction (the driver :mod:`ccswitch.testbed.lfq_reproduction`): table, targets, plot.
+
+Reads ``RESULTS/<arm>/run-NNNN.json`` and writes a Markdown page (the doc) and a
+PNG beside it.  Means are over the draws every arm has (paired: the same flows
+under each queue); a draw missing in one arm is left out of all.  Pearson
+correlations of the learned limit (mean over the flow's second half) with the
+BDP (b x RTT, packets), with b and with the RTT, per CCA; the Reno:CUBIC ratio
+of the mean learned limit.  95 % intervals of the LFQ/FQ-CoDel ratios are
+bootstrap percentiles over the draws (2000 resamples, seed 0).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PAPER: dict[str, tuple[float, float, float]] = {
+    # Table VII: avg. throughput (Mbit/s), max. queue, avg. queue (packets)
+    "fq-100": (11.7, 100.0, 51.1),
+    "fq-1000": (11.9, 1000.0, 630.4),
+    "fq_codel": (13.7, 155.4, 15.4),
+    "lfq": (12.8, 16.1, 4.5),  # "LFQ, online" (the online-learned agent; offline: 13.4 / 23.9 / 7.7)
+}
+TARGETS = {"throughput": 0.95, "avg_queue": 0.5, "max_queue": 1 / 6, "corr_reno": 0.9, "reno_cubic": 2.0}
+"""Issue 13: LFQ against FQ-CoDel (throughput >= 0.95x, average queue <= 0.5x, max queue <= 1/6x), the
+learned limit's correlation with the BDP for Reno (>= 0.9) and its Reno:CUBIC ratio (>= 2)."""
+ARMS = tuple(PAPER)
+"""The arms of the driver (:data:`ccswitch.testbed.lfq_reproduction.ARMS`), in the paper's table order."""
+MTU_BITS = 1500 * 8
+
+
+def load(results: Path) -> dict[str, dict[int, dict[str, Any]]]:
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for arm in ARMS:
+        for f in sorted((results / arm).glob("run-*.json")):
+            r = json.loads(f.read_text())
+            out.setdefault(arm, {})[int(r["i"])] = r
+    return out
+
+
+def _boot_ratio(num: np.ndarray, den: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:
+    n = len(num)
+    idx = rng.integers(0, n, size=(2000, n))
+    ratios = num[idx].mean(axis=1) / den[idx].mean(axis=1)
+    return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
+
+
+def _corr(x: list[float], y: list[float]) -> float:
+    return float(np.corrcoef(x, y)[0, 1]) if len(x) > 2 and np.std(x) > 0 and np.std(y) > 0 else math.nan
+
+
+def summarise(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
+    arms = [a for a in ARMS if a in runs]
+    common = sorted(set.intersection(*(set(runs[a]) for a in arms))) if arms else []
+    s: dict[str, Any] = {"n": len(common), "arms": {}}
+    for a in arms:
+        rs = [runs[a][i] for i in common]
+        s["arms"][a] = {k: float(np.nanmean([r[k] for r in rs])) if rs else math.nan
+                        for k in ("throughput_mbit", "max_queue_pkts", "avg_queue_pkts")}
+        s["arms"][a]["utilisation"] = float(np.mean([r["throughput_mbit"] / r["bandwidth_mbit"] for r in rs])) \
+            if rs else math.nan
+    s["per_cca"] = {a: {c: {k: float(np.nanmean([runs[a][i][k] for i in common if runs[a][i]["cca"] == c]))
+                            for k in ("throughput_mbit", "max_queue_pkts", "avg_queue_pkts")}
+                        for c in ("reno", "cubic") if any(runs[a][i]["cca"] == c for i in common)}
+                    for a in arms}
+    if "lfq" in arms and "fq_codel" in arms and common:
+        rng = np.random.default_rng(0)
+        ratios = {}
+        for key, metric in (("throughput", "throughput_mbit"), ("avg_queue", "avg_queue_pkts"),
+                            ("max_queue", "max_queue_pkts")):
+            num = np.array([runs["lfq"][i][metric] for i in common], dtype=float)
+            den = np.array([runs["fq_codel"][i][metric] for i in common], dtype=float)
+            ratio = float(num.mean() / den.mean())
+            lo, hi = _boot_ratio(num, den, rng)
+            met = ratio >= TARGETS[key] if key == "throughput" else ratio <= TARGETS[key]
+            ratios[key] = {"ratio": ratio, "ci95": (lo, hi), "target": TARGETS[key], "met": met}
+        s["ratios"] = ratios
+    if "lfq" in runs:
+        lrs = [r for r in runs["lfq"].values() if r.get("limit_late") is not None]
+        learned: dict[str, Any] = {}
+        for cca in ("reno", "cubic"):
+            rs = [r for r in lrs if r["cca"] == cca]
+            lim = [r["limit_late"] for r in rs]
+            bdp = [r["bandwidth_mbit"] * 1e6 * r["rtt_ms"] / 1e3 / MTU_BITS for r in rs]
+            learned[cca] = {"n": len(rs), "mean_limit": float(np.mean(lim)) if lim else math.nan,
+                            "corr_bdp": _corr(bdp, lim),
+                            "corr_bandwidth": _corr([r["bandwidth_mbit"] for r in rs], lim),
+                            "corr_rtt": _corr([r["rtt_ms"] for r in rs], lim),
+                            "mean_bdp": float(np.mean(bdp)) if bdp else math.nan}
+        learned["reno_cubic_ratio"] = learned["reno"]["mean_limit"] / learned["cubic"]["mean_limit"] \
+            if learned["cubic"]["mean_limit"] else math.nan
+        cpu = [r["agent"]["cpu_ms_per_step"] for r in runs["lfq"].values() if r.get("agent")]
+        learned["cpu_ms_per_step_median"] = float(np.median(cpu)) if cpu else math.nan
+        learned["agent_errors"] = sum(1 for r in runs["lfq"].values() if (r.get("agent") or {}).get("error"))
+        s["learned"] = learned
+    return s
+
+
+def _f(x: float, nd: int = 1) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def markdown(s: dict[str, Any], png: str) -> str:
+    lines = [f"Runs: **{s['n']} draws** with every arm (paired), one flow per run.", "",
+             "| queue | throughput (Mbit/s) | paper | utilisation | max queue (pkts) | paper "
+             "| avg queue (pkts) | paper |",
+             "|---|---|---|---|---|---|---|---|"]
+    for a, m in s["arms"].items():
+        p = PAPER[a]
+        lines.append(f"| {a} | {_f(m['throughput_mbit'], 2)} | {p[0]} | {_f(100 * m['utilisation'])} % | "
+                     f"{_f(m['max_queue_pkts'])} | {p[1]} | {_f(m['avg_queue_pkts'])} | {p[2]} |")
+    if s.get("per_cca"):
+        lines += ["", "Per CCA (same draws): throughput (Mbit/s) / max queue / avg queue (packets):", "",
+                  "| queue | reno | cubic |", "|---|---|---|"]
+        for a, per in s["per_cca"].items():
+            lines.append(f"| {a} | " + " | ".join(
+                f"{_f(per[c]['throughput_mbit'], 2)} / {_f(per[c]['max_queue_pkts'])} / {_f(per[c]['avg_queue_pkts'])}"
+                if c in per else "-" for c in ("reno", "cubic")) + " |")
+    base = [a for a in ("fq-100", "fq-1000", "fq_codel") if a in s["arms"]]
+    if base:
+        lines += ["", "Baselines against the paper (ours / paper; the issue asks for within 15 %, i.e. 0.85..1.15):",
+                  "", "| queue | throughput | max queue | avg queue |", "|---|---|---|---|"]
+        for a in base:
+            m, p = s["arms"][a], PAPER[a]
+            cells = []
+            for v, ref in ((m["throughput_mbit"], p[0]), (m["max_queue_pkts"], p[1]), (m["avg_queue_pkts"], p[2])):
+                r = v / ref
+                cells.append(f"{r:.2f}" if 0.85 <= r <= 1.15 else f"**{r:.2f}**")
+            lines.append(f"| {a} | " + " | ".join(cells) + " |")
+    if "ratios" in s:
+        lines += ["", "LFQ against FQ-CoDel (ratio of means over the same draws; 95 % bootstrap interval):", "",
+                  "| metric | LFQ / FQ-CoDel | 95 % interval | target | met |", "|---|---|---|---|---|"]
+        for key, r in s["ratios"].items():
+            op = ">=" if key == "throughput" else "<="
+            lines.append(f"| {key.replace('_', ' ')} | {r['ratio']:.3f} | {r['ci95'][0]:.3f}..{r['ci95'][1]:.3f} | "
+                         f"{op} {r['target']:.3g} | {'yes' if r['met'] else '**no**'} |")
+    if "learned" in s:
+        le = s["learned"]
+        lines += ["", "The learned limit (mean of what the agent set over each flow's second half):", "",
+                  "| CCA | flows | mean limit (pkts) | mean BDP (pkts) | corr. with BDP | with bandwidth | with RTT |",
+                  "|---|---|---|---|---|---|---|"]
+        for cca in ("reno", "cubic"):
+            c = le[cca]
+            lines.append(f"| {cca} | {c['n']} | {_f(c['mean_limit'])} | {_f(c['mean_bdp'])} | {_f(c['corr_bdp'], 3)} "
+                         f"| {_f(c['corr_bandwidth'], 3)} | {_f(c['corr_rtt'], 3)} |")
+        ok_c = le["reno"]["corr_bdp"] >= TARGETS["corr_reno"]
+        ok_r = le["reno_cubic_ratio"] >= TARGETS["reno_cubic"]
+        lines += ["", f"Reno correlation with the BDP {_f(le['reno']['corr_bdp'], 3)} (target >= 0.9: "
+                      f"{'met' if ok_c else '**not met**'}); Reno:CUBIC mean limit {_f(le['reno_cubic_ratio'], 2)} "
+                      f"(target >= 2: {'met' if ok_r else '**not met**'}; the paper's online agent: 14:8 = 1.75, "
+                      f"offline 22:8).  Agent cost: median {_f(le['cpu_ms_per_step_median'], 3)} ms CPU per 10 ms "
+                      f"step; loops that stopped on an error: {le['agent_errors']}."]
+    lines += ["", f"![paper 001 reproduction]({png})", ""]
+    return "\n".join(lines)
+
+
+def plot(runs: dict[str, dict[int, dict[str, Any]]], s: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 4, figsize=(18, 4.2))
+    arms = list(s["arms"])
+    x = np.arange(len(arms))
+    for k, (metric, title, pi) in enumerate((("throughput_mbit", "throughput (Mbit/s)", 0),
+                                            ("avg_queue_pkts", "average queue (pkts)", 2),
+                                            ("max_queue_pkts", "max queue (pkts)", 1))):
+        ax[k].bar(x - 0.2, [s["arms"][a][metric] for a in arms], 0.4, label=f"ours ({s['n']} draws)")
+        ax[k].bar(x + 0.2, [PAPER[a][pi] for a in arms], 0.4, label="paper 001, Table VII", alpha=0.6)
+        ax[k].set_xticks(x, arms)
+        ax[k].set_title(title)
+        if metric != "throughput_mbit":
+            ax[k].set_yscale("log")
+        ax[k].legend(fontsize=8, loc="lower left" if metric == "throughput_mbit" else "upper right")
+    for cca, c in (("reno", "C0"), ("cubic", "C3")):
+        rs = [r for r in runs.get("lfq", {}).values() if r["cca"] == cca and r.get("limit_late") is not None]
+        if rs:
+            bdp = [r["bandwidth_mbit"] * 1e6 * r["rtt_ms"] / 1e3 / MTU_BITS for r in rs]
+            ax[3].scatter(bdp, [r["limit_late"] for r in rs], s=10, color=c, alpha=0.7, label=cca)
+    xx = np.linspace(0, 55, 10)
+    ax[3].plot(xx, xx, "k--", lw=0.8, label="1 BDP")
+    ax[3].plot(xx, 0.43 * xx, "k:", lw=0.8, label="0.43 BDP")
+    ax[3].set(title="LFQ: learned limit vs BDP", xlabel="BDP (packets)", ylabel="limit, 2nd half (packets)")
+    ax[3].legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(results: Path, doc: Path) -> dict[str, Any]:
+    runs = load(results)
+    s = summarise(runs)
+    png = doc.with_suffix(".png")
+    plot(runs, s, png)
+    head = ("# Paper 001 (LFQ): the headline set-up reproduced\n\n"
+            "Generated by `python -m ccswitch.testbed.lfq_reproduction report` from the runs of `... run` "
+            "(method in that module's docstring and in [lfq.md](lfq.md)).\n\n")
+    doc.write_text(head + markdown(s, png.name))
+    (results / "summary.json").write_text(json.dumps(s, indent=1, default=float) + "\n")
+    return s
