@@ -17,7 +17,9 @@ much (stage 2); it never closed the loop.  Here one run is:
   (arms ``classic``, ``fifo``);
 * client 2: one CUBIC iperf3 flow, started with it;
 * server namespace: both iperf3 receivers and ``ccswitch policy serve
-  --agent rl-tcp|delay-aimd`` (2 ms batch window);
+  --agent rl-tcp|delay-aimd`` (2 ms batch window; ``--agent-file`` picks
+  the rl-tcp agent file, e.g. models/rltcp_agent_delay.json, and the rows
+  are labelled with the reward it was trained for);
 
 so the requests queue at the bottleneck behind both data flows (which are
 Not-ECT: DualPI2's C queue).  Per run (``--seconds``, metrics over the last
@@ -30,6 +32,7 @@ linkemu's 1-s intervals (L queue p90 sojourn, C queue / FIFO mean sojourn).  Eac
 and draws the figure.
 
     sudo .venv/bin/python bench/rltcp_closed_loop.py run [--seeds 3] [--seconds 30] [--out results/rltcp/closed_loop]
+        [--agents rl-tcp --agent-file models/rltcp_agent_delay.json]
     .venv/bin/python bench/rltcp_closed_loop.py report [--out ...] [--plot docs/figures/rltcp_closed_loop.png]
 """
 
@@ -71,7 +74,8 @@ def wait_line(proc: subprocess.Popen, needle: bytes, timeout_s: float = 40.0) ->
     raise RuntimeError(f"no {needle!r} after {timeout_s} s: {seen.decode(errors='replace')[-500:]}")
 
 
-def run_one(agent: str, arm: str, seed: int, seconds: int, key: Path, work: Path) -> dict[str, Any]:
+def run_one(agent: str, arm: str, seed: int, seconds: int, key: Path, work: Path,
+            agent_file: Path | None = None) -> dict[str, Any]:
     from ccswitch.bpf.remote import ensure_remote
     from ccswitch.testbed.runs.emulator import Emulator, dualpi2, emulator_config, link
     from ccswitch.testbed.runs.iperf import start_flow, start_server
@@ -81,6 +85,7 @@ def run_one(agent: str, arm: str, seed: int, seconds: int, key: Path, work: Path
     steps = work / f"steps-{agent}-{arm}-{seed}.jsonl"
     steps.unlink(missing_ok=True)
     l4s = ["--l4s"] if arm == "l4s" else []
+    file_arg = ["--agent-file", str(agent_file)] if agent_file is not None and agent == "rl-tcp" else []
     uplink = (link(RATE, DELAY_MS, qdisc=dualpi2()) if arm in ("l4s", "classic")
               else link(RATE, DELAY_MS, limit_pkts=100))
     h = ensure_remote()
@@ -93,7 +98,8 @@ def run_one(agent: str, arm: str, seed: int, seconds: int, key: Path, work: Path
                     start_server(topo.server, 5701, bind=topo.server_addr), \
                     start_server(topo.server, 5702, bind=topo.server_addr):
                 srv = popen_in(topo.server, [*SERVE, "--listen", f"{topo.server_addr}:{PORT}", "--key", str(key),
-                                             "--no-cca", "--agent", agent, *l4s], stderr=subprocess.PIPE)
+                                             "--no-cca", "--agent", agent, *l4s, *file_arg],
+                             stderr=subprocess.PIPE)
                 ctl = None
                 try:
                     wait_line(srv, b"listening on")
@@ -145,8 +151,20 @@ def metrics(res: list[Any], steps: Path, seconds: int, emu: dict[str, Any]) -> d
     }
 
 
-def run_all(out: Path, seeds: int, seconds: int, agents: list[str], arms: list[str]) -> None:
+def label(agent: str, agent_file: Path | None) -> str:
+    """The table's name of an agent: rl-tcp's carries the reward its file was trained for, if not the paper's."""
+    if agent != "rl-tcp" or agent_file is None:
+        return agent
+    from ccswitch.models.rltcp_agent import load_agent
+
+    rew = load_agent(agent_file).reward
+    return agent if rew == "paper" else f"{agent} ({rew} reward)"
+
+
+def run_all(out: Path, seeds: int, seconds: int, agents: list[str], arms: list[str],
+            agent_file: Path | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    names = {a: label(a, agent_file) for a in agents}
     with tempfile.TemporaryDirectory() as tmp_s:
         key = Path(tmp_s) / "key"
         key.write_bytes(os.urandom(24).hex().encode())
@@ -158,8 +176,10 @@ def run_all(out: Path, seeds: int, seconds: int, agents: list[str], arms: list[s
                     if dest.exists():
                         continue
                     t = time.monotonic()
-                    r = run_one(agent, arm, seed, seconds, key, out)
-                    r.update(agent=agent, arm=arm, seed=seed, seconds=seconds, wall_s=round(time.monotonic() - t, 1),
+                    r = run_one(agent, arm, seed, seconds, key, out, agent_file)
+                    r.update(agent=agent, label=names[agent],
+                             agent_file=str(agent_file) if agent_file and agent == "rl-tcp" else None,
+                             arm=arm, seed=seed, seconds=seconds, wall_s=round(time.monotonic() - t, 1),
                              load1=os.getloadavg()[0])
                     dest.write_text(json.dumps(r, indent=1) + "\n")
                     print(json.dumps({k: v for k, v in r.items() if k != "uplink"}), flush=True)
@@ -196,19 +216,26 @@ def fmt(xs: list[float | None], f: str = ".1f") -> str:
     return f"{statistics.fmean(xs):{f}} ({min(xs):{f}}-{max(xs):{f}})" if len(xs) > 1 else f"{xs[0]:{f}}"
 
 
+def labels(runs: list[dict[str, Any]]) -> list[str]:
+    """The agents' row labels in table order (runs before --agent-file have none: their agent's name)."""
+    for r in runs:
+        r.setdefault("label", r["agent"])
+    return sorted({r["label"] for r in runs}, key=lambda n: (AGENTS.index(n.split(" ")[0]), n))
+
+
 def report(out: Path, plot: Path | None) -> None:
     runs = load(out)
     print("| agent | control traffic | seeds | controlled Mbit/s | CUBIC Mbit/s | share | controlled RTT ms | "
           "CUBIC RTT ms | loop p50 ms | loop p99 ms | step period ms | remote steps | fallbacks | "
           "L queue p90 ms | C queue / FIFO sojourn ms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for agent in AGENTS:
+    for agent in labels(runs):
         for arm in ARMS:
-            rs = [r for r in runs if r["agent"] == agent and r["arm"] == arm]
+            rs = [r for r in runs if r["label"] == agent and r["arm"] == arm]
             if not rs:
                 continue
-            label = {"l4s": "L queue (DualPI2)", "classic": "C queue (DualPI2)", "fifo": "FIFO"}[arm]
-            print(f"| {agent} | {label} | {len(rs)} | {fmt([r['remote_mbit'] for r in rs], '.2f')} | "
+            arm_name = {"l4s": "L queue (DualPI2)", "classic": "C queue (DualPI2)", "fifo": "FIFO"}[arm]
+            print(f"| {agent} | {arm_name} | {len(rs)} | {fmt([r['remote_mbit'] for r in rs], '.2f')} | "
                   f"{fmt([r['cubic_mbit'] for r in rs], '.2f')} | {fmt([r['share'] for r in rs], '.2f')} | "
                   f"{fmt([r['remote_rtt_ms'] for r in rs])} | {fmt([r['cubic_rtt_ms'] for r in rs])} | "
                   f"{fmt([r['loop_p50_ms'] for r in rs])} | {fmt([r['loop_p99_ms'] for r in rs])} | "
@@ -229,13 +256,15 @@ def draw(runs: list[dict[str, Any]], dest: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
-    width = 0.38
     x = np.arange(len(ARMS))
-    colors = {"rl-tcp": "tab:purple", "delay-aimd": "tab:green"}
-    for j, agent in enumerate(AGENTS):
-        off = (j - 0.5) * width
+    names = labels(runs)
+    palette = ("tab:purple", "tab:green", "tab:orange", "tab:blue")
+    colors = {n: palette[i % len(palette)] for i, n in enumerate(names)}
+    width = 0.76 / max(len(names), 1)
+    for j, agent in enumerate(names):
+        off = (j - (len(names) - 1) / 2) * width
         for i, arm in enumerate(ARMS):
-            rs = [r for r in runs if r["agent"] == agent and r["arm"] == arm]
+            rs = [r for r in runs if r["label"] == agent and r["arm"] == arm]
             if not rs:
                 continue
             ctl = [r["remote_mbit"] for r in rs]
@@ -256,11 +285,11 @@ def draw(runs: list[dict[str, Any]], dest: Path) -> None:
         i = ARMS.index(arm)
         axes[2].hlines(ms, x[i] - 0.45, x[i] + 0.45, colors="red", linestyles="--",
                        label="paper 003 (ns-3, stage 1)" if arm == "l4s" else None)
-    labels = ["control in\nL queue", "control in\nC queue", "FIFO\n(100 pkts)"]
+    ticks = ["control in\nL queue", "control in\nC queue", "FIFO\n(100 pkts)"]
     for ax, title in zip(axes, ("goodput, last half (Mbit/s):\ncontrolled flow + CUBIC stacked",
                                 "controlled flow's RTT, last half (ms)", "control loop request -> answer (ms)"),
                          strict=True):
-        ax.set_xticks(x, labels)
+        ax.set_xticks(x, ticks)
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=7, loc="upper center", ncol=2)
         ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # room for the legend above the bars and markers
@@ -281,6 +310,7 @@ def main() -> int:
     ap.add_argument("--agents", default=",".join(AGENTS))
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--plot", type=Path, help="report: write the figure here")
+    ap.add_argument("--agent-file", type=Path, help="run: the rl-tcp agent file (default: the shipped one)")
     args = ap.parse_args()
     agents, arms = args.agents.split(","), args.arms.split(",")
     bad = [a for a in agents if a not in AGENTS] + [a for a in arms if a not in ARMS]
@@ -288,7 +318,7 @@ def main() -> int:
         print(f"rltcp_closed_loop: error: bad agents/arms {bad} or --seeds < 1 or --seconds < 10", file=sys.stderr)
         return 2
     if args.cmd == "run":
-        run_all(args.out, args.seeds, args.seconds, agents, arms)
+        run_all(args.out, args.seeds, args.seconds, agents, arms, args.agent_file)
     report(args.out, args.plot if args.cmd == "report" else None)
     return 0
 

@@ -24,8 +24,10 @@ Spaces (the paper's, models/rltcp_agent.py has the details)::
                                                   paper's actions cannot reduce cwnd, see rltcp_agent.py);
                                                   mode "paper": cwnd +1 MSS or +MSS^2/cwnd, ssthresh 2 MSS or
                                                   in-flight / 2 (ns3-ai RL-TCP)
-    reward             float                      segmentsAcked - bytesInFlight - cWnd over the step, in
-                                                  packets / 100 (the paper's, in one unit)
+    reward             float                      reward_mode "paper" (default): segmentsAcked - bytesInFlight
+                                                  - cWnd over the step, in packets / 100 (the paper's, in one
+                                                  unit); "delay": log2 throughput - queueing delay / min RTT -
+                                                  loss fraction (rltcp_agent.delay_reward)
     step               0.1 s (the paper's RL-TCP step), wall clock
 
 An episode is ``steps`` steps (default 150: 15 s).  ``reset`` stops the
@@ -52,7 +54,7 @@ import gymnasium as gym
 import numpy as np
 
 from ccswitch.bpf import remote as rbpf
-from ccswitch.models.rltcp_agent import ACTION_MODES, apply_action, features, reward
+from ccswitch.models.rltcp_agent import ACTION_MODES, REWARD_MODES, apply_action, features, reward
 from ccswitch.remote.sender import step_observations
 
 __all__ = ["RlTcpEnv"]
@@ -67,9 +69,13 @@ class RlTcpEnv(gym.Env):
 
     def __init__(self, *, steps: int = 150, step_s: float = 0.1, p_cubic: float = 0.5, mode: str = "mult",
                  rate_mbit: float = 10.0, delay_ms: float = 20.0, limit_pkts: int = 100,
-                 kernel_deadline_s: float = 0.3, workdir: str | Path | None = None) -> None:
+                 kernel_deadline_s: float = 0.3, workdir: str | Path | None = None,
+                 reward_mode: str = "paper") -> None:
         if mode not in ACTION_MODES:
             raise ValueError(f"mode must be one of {', '.join(ACTION_MODES)}, got {mode!r}")
+        if reward_mode not in REWARD_MODES:
+            raise ValueError(f"reward_mode must be one of {', '.join(REWARD_MODES)}, got {reward_mode!r}")
+        self.reward_mode = reward_mode
         self.observation_space = gym.spaces.Box(0.0, 20.0, (5,), np.float32)
         self.action_space = gym.spaces.Discrete(4)
         self.steps, self.step_s, self.p_cubic, self.mode = steps, step_s, p_cubic, mode
@@ -184,6 +190,7 @@ class RlTcpEnv(gym.Env):
         return {"t": self._t, "cwnd": int(rec["cwnd"][0]), "acked": int(rec["acked"][0]),
                 "dt": int(rec["step_us"][0]) / 1e6,
                 "lost": int(rec["lost"][0]), "srtt_ms": int(rec["srtt_us"][0]) / 1000,
+                "rtt_avg_ms": int(rec["rtt_avg_us"][0]) / 1000, "min_rtt_ms": int(rec["min_rtt_us"][0]) / 1000,
                 "inflight": int(rec["inflight_avg"][0]), "cubic": 0 <= self._cubic_at <= self._t,
                 "mode": rbpf.MODES[int(mode["mode"][0])] if len(mode) else "gone"}
 
@@ -239,4 +246,4 @@ class RlTcpEnv(gym.Env):
             return self._state(info), 0.0, False, True, info
         self._rec = rec
         info = self._info(rec)
-        return self._state(info), float(reward(rec)[0]), False, self._t >= self.steps, info
+        return self._state(info), float(reward(rec, self.reward_mode)[0]), False, self._t >= self.steps, info

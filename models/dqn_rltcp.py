@@ -29,6 +29,9 @@ Different, and why:
   (CleanRL) instead of 0.99^n, which is greedy after ~460 steps, long
   before ns3-ai's first gradient step (it learns only once its 2,000-entry
   buffer is full);
+* reward: ``--reward paper`` (default, the paper's) or ``delay`` (log2
+  throughput - queueing delay / min RTT - loss fraction,
+  rltcp_agent.delay_reward), recorded in the exported agent file;
 * learning rate 5e-4 (ns3-ai 1e-4) and a 10,000-transition buffer (2,000):
   the budget here is 11,000-15,000 real-time steps (25-30 min), not a 1,000-s
   simulation run again and again.
@@ -40,7 +43,8 @@ the step counter and the RNG state (``checkpoint.npz``) and the episode log
 :func:`ccswitch.models.rltcp_agent.save_agent`) and ``training_curve.png``.
 
     sudo nice -n 10 .venv/bin/python -m ccswitch.models.dqn_rltcp train --out results/rltcp [--steps 12000]
-    .venv/bin/python -m ccswitch.models.dqn_rltcp export results/rltcp models/rltcp_agent.json
+        [--reward delay] [--eps-fraction 0.5]
+    .venv/bin/python -m ccswitch.models.dqn_rltcp export results/rltcp models/rltcp_agent_paper.json
     .venv/bin/python -m ccswitch.models.dqn_rltcp plot results/rltcp docs/figures/rltcp_training.png
 """
 
@@ -60,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from ccswitch.models.rltcp_agent import FEATURES, N_ACTIONS, save_agent
+from ccswitch.models.rltcp_agent import FEATURES, N_ACTIONS, REWARD_MODES, save_agent
 
 __all__ = ["Hyperparameters", "export", "plot", "train"]
 
@@ -71,6 +75,7 @@ class Hyperparameters:
     episode_steps: int = 150          # 15 s per episode
     p_cubic: float = 0.5              # share of episodes with one CUBIC competitor
     mode: str = "mult"                # action mapping (rltcp_agent.ACTION_MODES)
+    reward: str = "paper"             # reward (rltcp_agent.REWARD_MODES): the paper's or "delay"
     hidden: tuple[int, ...] = (20, 20)  # ns3-ai: 5-20-20-4
     learning_rate: float = 5e-4       # Adam (ns3-ai 1e-4)
     gamma: float = 0.8                # ns3-ai
@@ -178,7 +183,8 @@ def train(out: Path, hp: Hyperparameters) -> Path:
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     log_new = not (out / "episodes.csv").exists()
     t_start = time.monotonic()
-    with RlTcpEnv(steps=hp.episode_steps, p_cubic=hp.p_cubic, mode=hp.mode, rate_mbit=hp.rate_mbit,
+    with RlTcpEnv(steps=hp.episode_steps, p_cubic=hp.p_cubic, mode=hp.mode, reward_mode=hp.reward,
+                  rate_mbit=hp.rate_mbit,
                   delay_ms=hp.delay_ms, limit_pkts=hp.limit_pkts, workdir=out / "env") as env, \
             open(out / "episodes.csv", "a", newline="") as logf:
         log = csv.DictWriter(logf, LOG_FIELDS)
@@ -247,7 +253,7 @@ def export(out: Path, dest: Path) -> Path:
                "last20_mbit_s_cubic": _mean([float(r["mbit_s"]) for r in last if r["cubic"] == "1" and r["mbit_s"]])}
     import tensorflow as tf
 
-    save_agent(dest, kernels=weights[0::2], biases=weights[1::2], mode=hp.mode, step_s=0.1,
+    save_agent(dest, kernels=weights[0::2], biases=weights[1::2], mode=hp.mode, step_s=0.1, reward_mode=hp.reward,
                training={"algorithm": "DQN (online, live testbed)", "hyperparameters": asdict(hp),
                          "environment": "ccswitch.envs.rltcp_env.RlTcpEnv", "summary": summary,
                          "versions": {"tensorflow": tf.__version__, "python": platform.python_version()}})
@@ -292,7 +298,10 @@ def plot(out: Path, dest: Path) -> Path:
     ax = axes[0].twinx()
     ax.plot(ep, eps, ":", color="gray")
     ax.set_ylabel("epsilon (dotted)")
-    axes[0].set_ylabel("episode return\n(paper's reward, pkts/100)")
+    hp_file = out / "hyperparameters.json"
+    rmode = json.loads(hp_file.read_text()).get("reward", "paper") if hp_file.exists() else "paper"
+    axes[0].set_ylabel("episode return\n" + ("(paper's reward, pkts/100)" if rmode == "paper"
+                                              else f"({rmode} reward, rltcp_agent.REWARD_MODES)"))
     axes[1].set_ylabel("RL-TCP goodput, Mbit/s")
     axes[1].axhline(10, color="gray", lw=0.5)
     axes[2].set_ylabel("RL-TCP srtt median, ms")
@@ -302,7 +311,8 @@ def plot(out: Path, dest: Path) -> Path:
     grid[0, 1].set_ylabel("episode return")
     grid[0, 1].legend(loc="lower left")
     axes[0].legend(loc="lower right")
-    fig.suptitle("RL-TCP DQN trained online on the testbed: 10 Mbit/s, 40 ms base RTT, 100-packet FIFO")
+    fig.suptitle(f"RL-TCP DQN ({rmode} reward) trained online on the testbed: 10 Mbit/s, 40 ms base RTT, "
+                 "100-packet FIFO")
     fig.tight_layout()
     dest.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(dest, dpi=100)
@@ -316,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--out", type=Path, required=True)
     t.add_argument("--steps", type=int, default=Hyperparameters.total_steps)
     t.add_argument("--seed", type=int, default=Hyperparameters.seed)
+    t.add_argument("--reward", choices=tuple(REWARD_MODES), default=Hyperparameters.reward,
+                   help="the step reward (rltcp_agent.REWARD_MODES; default: the paper's)")
+    t.add_argument("--eps-fraction", type=float, default=Hyperparameters.eps_fraction,
+                   help="share of --steps over which epsilon decays 1 -> 0.05")
     e = sub.add_parser("export", help="checkpoint -> numpy agent file")
     e.add_argument("out", type=Path)
     e.add_argument("dest", type=Path)
@@ -325,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "train":
-            train(args.out, Hyperparameters(total_steps=args.steps, seed=args.seed))
+            train(args.out, Hyperparameters(total_steps=args.steps, seed=args.seed, reward=args.reward,
+                                            eps_fraction=args.eps_fraction))
             plot(args.out, args.out / "training_curve.png")
         elif args.cmd == "export":
             export(args.out, args.dest)

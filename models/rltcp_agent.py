@@ -43,6 +43,41 @@ server) acts every 0.1 s on one socket:
   reward peaks near cwnd = BDP alone -- but against CUBIC in a full FIFO
   (RTT ~160 ms) acked ~ 0.6 cwnd and the optimum is again the floor: the
   reward itself yields to a queue-filling competitor.
+* reward mode ``delay`` (:data:`REWARD_MODES`, :func:`delay_reward`; the
+  training option ``--reward delay``), to test whether the starvation comes
+  from the paper's reward: per step
+
+      r = (log2(1 + acked) - DELAY_BETA * min(qdelay / min RTT, QDELAY_CAP)
+           - LOSS_WEIGHT * lost / (acked + lost)) * DELAY_REWARD_SCALE
+
+  with acked per STEP_S (as in the state), qdelay = the step's mean RTT -
+  the connection's min RTT (0 when the step had no RTT sample).  Why this
+  shape (constants in one place, :data:`DELAY_REWARD`): the throughput term
+  is **log** throughput -- the utility of Kelly's proportional fairness and
+  of Copa/Vivace (Copa maximises log throughput - delta log delay) -- so
+  it is link independent (doubling the rate is worth +1 at 1 and at 100
+  Mbit/s; no link-rate constant to pick) and it rewards the *first* packets
+  most: against CUBIC at RTT 160 ms a cwnd of 2 (1.25 packets per step)
+  scores 1.2, a fair share (~43) 5.5, so holding the floor is no longer
+  optimal.  Queueing delay is charged relative to the min RTT (Aurora,
+  Orca and Copa charge latency, not the window): a standing queue of one
+  base RTT costs DELAY_BETA = 1, i.e. as much as halving the throughput;
+  alone on the training path (BDP ~35, 2.5 packets acked per packet of
+  cwnd per step at 40 ms) the marginal gain of the last packet below the
+  BDP, 1 / (35 ln 2) = 0.041, exceeds the marginal penalty above it,
+  DELAY_BETA / 35 = 0.029 -- the optimum is the BDP with at most a short
+  queue.  A queue the competitor builds costs the same whatever the agent
+  does, so it does not push the agent to the floor.  Loss is charged as
+  the step's loss *fraction* (Aurora's loss rate; link independent):
+  LOSS_WEIGHT = 10, so 10 % loss costs as much as halving the throughput
+  (overrunning the FIFO with x 1.4 loses 30+ %).  QDELAY_CAP = 10 keeps a
+  stalled step from dominating the TD targets.  DELAY_REWARD_SCALE = 0.1
+  brings returns (gamma 0.8) to ~[-5, 4], near the paper reward's range.
+  The state is the paper's: the queueing delay is not observed directly, the
+  network can infer the RTT from acked / in-flight (= 0.1 s / RTT) on a
+  path whose base RTT does not change.  The agent file records the reward
+  it was trained for (``"reward": {"mode": ...}``; files without it were
+  trained with ``paper``).
 * cwnd of every decision clipped to [CWND_MIN, CWND_MAX] (2..400 packets;
   400 x 1448 B ~ the paper's 500 KB socket buffers).
 
@@ -51,6 +86,7 @@ file)::
 
     {"format": "ccswitch-rltcp-agent", "version": 1, "features": [5 names],
      "action": {"mode": "mult", "factors": [...]}, "step_s": 0.1,
+     "reward": {"mode": "paper" | "delay", "constants": {...}},   (absent: "paper")
      "network": {"hidden_activation": "relu", "layers": [{"kernel": ARRAY, "bias": ARRAY}, ...]},
      "training": {...}, "checksum": "sha256:..."}
 
@@ -72,12 +108,14 @@ from ccswitch.remote.protocol import CWND_DEC
 
 from .policy import PolicyError, decode_array, document_checksum, encode_array, write_signed
 
-__all__ = ["ACTION_MODES", "AGENT_FORMAT", "DEFAULT_AGENT", "FEATURES", "MULT_FACTORS", "AgentError", "RlTcpAgent",
-           "apply_action", "features", "load_agent", "reward", "save_agent"]
+__all__ = ["ACTION_MODES", "AGENT_FORMAT", "DEFAULT_AGENT", "DELAY_REWARD", "FEATURES", "MULT_FACTORS", "REWARD_MODES",
+           "AgentError", "RlTcpAgent", "apply_action", "delay_reward", "features", "load_agent", "reward", "save_agent"]
 
 AGENT_FORMAT = "ccswitch-rltcp-agent"
 AGENT_VERSION = 1
-DEFAULT_AGENT = Path(__file__).resolve().parent / "rltcp_agent.json"
+DEFAULT_AGENT = Path(__file__).resolve().parent / "rltcp_agent_delay.json"
+"""The agent `ccswitch policy serve --agent rl-tcp` serves: the delay reward's (the paper's reward starves the
+flow against CUBIC; its agent is models/rltcp_agent_paper.json, docs/remote-control.md)."""
 FEATURES: tuple[str, ...] = ("ssthresh", "cwnd", "acked", "mss", "inflight")
 """The paper's 5-number state, in order (module docstring: units and scales)."""
 PKT_SCALE = 100.0
@@ -90,6 +128,18 @@ MULT_FACTORS: tuple[float, ...] = (0.7, 1.0, 1.1, 1.4)
 ACTION_MODES: dict[str, str] = {"paper": "ns3-ai RL-TCP: cwnd +1 MSS or +MSS^2/cwnd; ssthresh 2 MSS or inflight/2",
                                 "mult": "cwnd x (0.7, 1, 1.1, 1.4); ssthresh: the kernel's"}
 N_ACTIONS = 4
+DELAY_REWARD: dict[str, float] = {
+    "DELAY_BETA": 1.0,           # per base RTT of queueing delay (qdelay / min RTT)
+    "QDELAY_CAP": 10.0,          # qdelay / min RTT is capped here
+    "LOSS_WEIGHT": 10.0,         # per unit of the step's loss fraction lost / (acked + lost)
+    "DELAY_REWARD_SCALE": 0.1,   # the whole reward
+}
+"""The delay reward's constants, in one place (module docstring: why these values)."""
+REWARD_MODES: dict[str, str] = {
+    "paper": "segmentsAcked - bytesInFlight - cWnd, packets / 100 (ns3-ai RL-TCP)",
+    "delay": "(log2(1 + acked) - DELAY_BETA min(qdelay / min RTT, QDELAY_CAP) - LOSS_WEIGHT lost / (acked + lost))"
+             " * DELAY_REWARD_SCALE",
+}
 CWND_MIN, CWND_MAX = 2, 400
 
 
@@ -113,11 +163,30 @@ def acked_per_step(obs: np.ndarray) -> np.ndarray:
     return obs["acked"] * (STEP_S * 1e6 / np.maximum(obs["step_us"].astype(np.float64), 1.0))
 
 
-def reward(obs: np.ndarray) -> np.ndarray:
-    """The paper's reward over the step, in packets / REWARD_SCALE (module docstring), acked per STEP_S."""
+def reward(obs: np.ndarray, mode: str = "paper") -> np.ndarray:
+    """The step's reward under *mode* (REWARD_MODES): the paper's, in packets / REWARD_SCALE, acked per
+    STEP_S (module docstring), or :func:`delay_reward`."""
+    if mode == "delay":
+        return delay_reward(obs)
+    if mode != "paper":
+        raise ValueError(f"unknown reward mode {mode!r} (known: {', '.join(REWARD_MODES)})")
     norm = obs.copy()
     norm["acked"] = np.round(acked_per_step(obs))
     return rltcp_reward(norm) / REWARD_SCALE
+
+
+def delay_reward(obs: np.ndarray) -> np.ndarray:
+    """log2 throughput minus relative queueing delay and loss fraction (module docstring; DELAY_REWARD)."""
+    c = DELAY_REWARD
+    acked = acked_per_step(obs)
+    min_rtt = obs["min_rtt_us"].astype(np.float64)
+    mean_rtt = obs["rtt_avg_us"].astype(np.float64)
+    ok = (min_rtt > 0) & (mean_rtt > 0)  # a step without an RTT sample is not charged
+    qdelay = np.where(ok, np.maximum(mean_rtt - min_rtt, 0.0) / np.where(ok, min_rtt, 1.0), 0.0)
+    lost = obs["lost"].astype(np.float64)
+    loss = lost / np.maximum(obs["acked"].astype(np.float64) + lost, 1.0)
+    return (np.log2(1.0 + acked) - c["DELAY_BETA"] * np.minimum(qdelay, c["QDELAY_CAP"])
+            - c["LOSS_WEIGHT"] * loss) * c["DELAY_REWARD_SCALE"]
 
 
 def apply_action(obs: np.ndarray, action: np.ndarray, mode: str = "mult") -> np.ndarray:
@@ -148,6 +217,7 @@ class RlTcpAgent:
     biases: list[np.ndarray]
     mode: str = "mult"
     step_s: float = 0.1
+    reward: str = "paper"  # the reward it was trained for (REWARD_MODES)
     training: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
     checksum: str = ""
@@ -170,14 +240,19 @@ class RlTcpAgent:
 
 
 def save_agent(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequence[np.ndarray],
-               mode: str = "mult", step_s: float = 0.1, training: Mapping[str, Any] | None = None) -> str:
+               mode: str = "mult", step_s: float = 0.1, reward_mode: str = "paper",
+               training: Mapping[str, Any] | None = None) -> str:
     """Write an agent file; returns its checksum."""
     if mode not in ACTION_MODES:
         raise ValueError(f"unknown action mode {mode!r}")
+    if reward_mode not in REWARD_MODES:
+        raise ValueError(f"unknown reward mode {reward_mode!r}")
     doc: dict[str, Any] = {
         "format": AGENT_FORMAT, "version": AGENT_VERSION, "features": list(FEATURES), "step_s": step_s,
         "action": {"mode": mode, "factors": list(MULT_FACTORS) if mode == "mult" else None,
                    "description": ACTION_MODES[mode]},
+        "reward": {"mode": reward_mode, "description": REWARD_MODES[reward_mode],
+                   "constants": dict(DELAY_REWARD) if reward_mode == "delay" else {"REWARD_SCALE": REWARD_SCALE}},
         "network": {"hidden_activation": "relu", "output_activation": "linear",
                     "layers": [{"kernel": encode_array(k), "bias": encode_array(b)}
                                for k, b in zip(kernels, biases, strict=True)]},
@@ -187,7 +262,7 @@ def save_agent(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Seque
 
 
 def load_agent(path: str | Path | None = None) -> RlTcpAgent:
-    """Load and check an agent file (default models/rltcp_agent.json); problems raise one AgentError line."""
+    """Load and check an agent file (default DEFAULT_AGENT); problems raise one AgentError line."""
     p = Path(path) if path is not None else DEFAULT_AGENT
     try:
         doc = json.loads(p.read_text())
@@ -217,6 +292,10 @@ def _build(p: Path, doc: dict[str, Any]) -> RlTcpAgent:
         raise AgentError(f"{p}: unknown action mode {mode!r} (known: {', '.join(ACTION_MODES)})")
     if mode == "mult" and [float(f) for f in doc["action"]["factors"]] != list(MULT_FACTORS):
         raise AgentError(f"{p}: action factors {doc['action']['factors']} differ from {list(MULT_FACTORS)}")
+    rew = doc.get("reward", {"mode": "paper"})  # version-1 files written before the field: the paper's
+    reward_mode = rew.get("mode") if isinstance(rew, dict) else None
+    if reward_mode not in REWARD_MODES:
+        raise AgentError(f"{p}: unknown reward mode {reward_mode!r} (known: {', '.join(REWARD_MODES)})")
     layers = doc["network"]["layers"]
     if not isinstance(layers, list) or not layers:
         raise AgentError(f"{p}: network.layers must be a non-empty list")
@@ -232,5 +311,6 @@ def _build(p: Path, doc: dict[str, Any]) -> RlTcpAgent:
         width = k.shape[1]
     if width != N_ACTIONS:
         raise AgentError(f"{p}: the network has {width} outputs, RL-TCP has {N_ACTIONS} actions")
-    return RlTcpAgent(kernels, biases, mode=mode, step_s=float(doc["step_s"]), training=dict(doc.get("training", {})),
+    return RlTcpAgent(kernels, biases, mode=mode, step_s=float(doc["step_s"]), reward=reward_mode,
+                      training=dict(doc.get("training", {})),
                       path=p, checksum=str(doc["checksum"]))

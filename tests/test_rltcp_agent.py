@@ -1,9 +1,11 @@
-"""The exported RL-TCP agent (models/rltcp_agent.py, models/rltcp_agent.json) without the kernel.
+"""The exported RL-TCP agent (models/rltcp_agent.py, the shipped agent files) without the kernel.
 
 File round trip (the numpy forward pass equals the saved network's), every
 kind of bad file refused with one line naming it, the action mappings (the
-paper's and the multiplicative one) and the state's scaling, and the shipped
-agent served by a real PolicyServer over UDP answering in-range cwnds.
+paper's and the multiplicative one) and the state's scaling, the delay
+reward's values and its mode recorded in the file (older files read as the
+paper's), and the shipped agent served by a real PolicyServer over UDP
+answering in-range cwnds.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ccswitch.models.rltcp_agent import (
     CWND_MAX,
     CWND_MIN,
     DEFAULT_AGENT,
+    DELAY_REWARD,
     MULT_FACTORS,
     AgentError,
     apply_action,
@@ -91,6 +94,8 @@ def resign(doc: dict) -> None:
     (lambda d: (d["action"].update(mode="bbr"), resign(d)), "unknown action mode 'bbr'"),
     (lambda d: (d["action"].update(factors=[0.5, 1, 2, 4]), resign(d)), "action factors"),
     (lambda d: (d["network"]["layers"][0]["kernel"].update(data="!!"), resign(d)), "bad data"),
+    (lambda d: (d["reward"].update(mode="bbr"), resign(d)), "unknown reward mode 'bbr'"),
+    (lambda d: (d.update(reward="delay"), resign(d)), "unknown reward mode None"),
 ])
 def test_bad_files_are_one_line_naming_the_file(tmp_path: Path, edit, needle: str) -> None:
     path = tmp_path / "a.json"
@@ -154,8 +159,51 @@ def test_state_and_reward_scale_a_late_step() -> None:
     assert np.allclose(reward(obs), (86 - 35 - 35) / 100)
 
 
+def step_obs(acked: list[int], rtt_ms: list[float], lost: list[int], step_us: int = 100_000) -> np.ndarray:
+    """Hand-made CWND_OBS steps on a 40 ms path (min RTT 40 ms)."""
+    obs = np.zeros(len(acked), dtype=p.CWND_OBS)
+    obs["cwnd"], obs["inflight_avg"], obs["mss"], obs["step_us"] = 35, 35, 1448, step_us
+    obs["acked"], obs["lost"], obs["min_rtt_us"] = acked, lost, 40_000
+    obs["rtt_avg_us"] = np.asarray(rtt_ms) * 1000
+    return obs
+
+
+def test_delay_reward_rewards_throughput_and_charges_queueing_and_loss() -> None:
+    beta, loss_w, scale = DELAY_REWARD["DELAY_BETA"], DELAY_REWARD["LOSS_WEIGHT"], DELAY_REWARD["DELAY_REWARD_SCALE"]
+    # base: 86 packets/step at the min RTT; the same with a base RTT of queue; with 10 % loss; a fair
+    # share behind CUBIC's full FIFO (160 ms) vs the window floor there; a step without an RTT sample
+    obs = step_obs([86, 86, 77, 43, 1, 86], [40, 80, 40, 160, 160, 0], [0, 0, 9, 0, 0, 0])
+    r = reward(obs, "delay")
+    expect = scale * np.array([np.log2(87), np.log2(87) - beta, np.log2(78) - loss_w * 9 / 86,
+                               np.log2(44) - 3 * beta, np.log2(2) - 3 * beta, np.log2(87)])
+    assert np.allclose(r, expect)
+    assert r[0] > r[1] and r[0] > r[2]  # queueing delay and loss cost
+    assert r[3] > r[4] + 0.2  # behind the same queue, a fair share beats the floor (the paper's reward: not)
+    assert r[5] == r[0]  # no RTT sample: not charged
+    assert np.allclose(reward(obs), reward(obs, "paper"))  # the default is the paper's
+    late = step_obs([172], [40], [0], step_us=200_000)  # a late step is scaled, not more throughput
+    assert np.allclose(reward(late, "delay"), r[0])
+    capped = step_obs([86], [40 * 100], [0])  # a stalled step: qdelay / min RTT capped
+    assert np.allclose(reward(capped, "delay"), scale * (np.log2(87) - beta * DELAY_REWARD["QDELAY_CAP"]))
+    with pytest.raises(ValueError, match="unknown reward mode"):
+        reward(obs, "aurora")
+
+
+def test_reward_mode_round_trips_and_old_files_read_as_paper(tmp_path: Path) -> None:
+    ks, bs = random_net(np.random.default_rng(3))
+    save_agent(tmp_path / "d.json", kernels=ks, biases=bs, reward_mode="delay")
+    save_agent(tmp_path / "p.json", kernels=ks, biases=bs)
+    assert load_agent(tmp_path / "d.json").reward == "delay" and load_agent(tmp_path / "p.json").reward == "paper"
+    assert json.loads((tmp_path / "d.json").read_text())["reward"]["constants"] == DELAY_REWARD
+    corrupt(tmp_path / "d.json", lambda d: (d.pop("reward"), resign(d)))  # a file written before the field
+    old = load_agent(tmp_path / "d.json")
+    assert old.reward == "paper" and old.mode == "mult"
+    with pytest.raises(ValueError, match="unknown reward mode"):
+        save_agent(tmp_path / "x.json", kernels=ks, biases=bs, reward_mode="aurora")
+
+
 def test_shipped_agent_served_returns_in_range_cwnds() -> None:
-    assert DEFAULT_AGENT.exists(), "models/rltcp_agent.json is missing (python -m ccswitch.models.dqn_rltcp)"
+    assert DEFAULT_AGENT.exists(), f"{DEFAULT_AGENT} is missing (python -m ccswitch.models.dqn_rltcp)"
     agent = load_agent()
     assert agent.name == "rl-tcp" and agent.training.get("algorithm", "").startswith("DQN")
     obs = obs_grid()

@@ -4,7 +4,7 @@ Set-up (root, netns, BPF, linkemu): the testbed topology with one client,
 linkemu in the router as the paper's bottleneck -- 10 Mbit/s uplink with a
 100-packet FIFO, 20 ms each way (base RTT ~40 ms, the conditions the agent
 was trained on; this kernel has no netem), 100 Mbit/s downlink.  The policy
-server (a separate process, the shipped models/rltcp_agent.json) runs in the
+server (a separate process, the shipped default agent, models/rltcp_agent_delay.json) runs in the
 server's namespace, so its answers cross the emulated link; the sender loop
 (``python -m ccswitch.remote.sender``, local agent none, its 0.3 s kernel
 deadline, 0.3 s to wait for an answer) in the client's; one iperf3 flow on
@@ -60,7 +60,7 @@ def wait_line(proc: subprocess.Popen, needle: bytes, timeout_s: float = 30.0) ->
 
 
 def test_served_rltcp_agent_drives_the_flow(require, iperf3, tmp_path: Path) -> None:
-    assert DEFAULT_AGENT.exists(), "models/rltcp_agent.json is missing (python -m ccswitch.models.dqn_rltcp)"
+    assert DEFAULT_AGENT.exists(), f"{DEFAULT_AGENT} is missing (python -m ccswitch.models.dqn_rltcp)"
     require(binary_path().is_file(), f"linkemu is not built ({binary_path()}); run scripts/setup.sh")
     key = tmp_path / "key"
     key.write_bytes(os.urandom(24).hex().encode())

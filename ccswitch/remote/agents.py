@@ -23,9 +23,11 @@ among four actions each 0.1 s -- cwnd + 1 MSS or + MSS^2 / cwnd, ssthresh
 2 MSS or bytesInFlight / 2 -- with a DQN (5-20-20-4) trained online on the
 reward segmentsAcked - bytesInFlight - cWnd.  `rltcp_action` below maps that
 action space onto CWND_DEC.  The trained agent is `rl-tcp`: a DQN trained
-online on the emulated testbed (models/dqn_rltcp.py), exported numpy-only to
-models/rltcp_agent.json and loaded by models/rltcp_agent.py (its state,
-action modes and reward; docs/remote-control.md).
+online on the emulated testbed (models/dqn_rltcp.py), exported numpy-only and
+loaded by models/rltcp_agent.py (its state, action modes and reward;
+docs/remote-control.md): by default the agent trained with the delay reward,
+models/rltcp_agent_delay.json (the paper's reward starves the flow;
+its agent is models/rltcp_agent_paper.json).
 
 `CcaPolicy` runs the shipped numpy DQN (models/policy.py) on the normalised
 feature vectors ccswitchd sends, batched over all its clients' flows.
@@ -113,7 +115,7 @@ def _rl_tcp(path: str | Path | None = None) -> CwndAgent:
 
 CWND_AGENTS: dict[str, Callable[..., CwndAgent]] = {"delay-aimd": DelayAimd, "rl-tcp": _rl_tcp}
 FILE_AGENTS = ("rl-tcp",)
-"""Agents loaded from a file (`--agent-file`; default models/rltcp_agent.json)."""
+"""Agents loaded from a file (`--agent-file`; default models/rltcp_agent_delay.json)."""
 
 
 def cwnd_agent(name: str, path: str | Path | None = None) -> CwndAgent:

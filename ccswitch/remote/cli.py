@@ -21,7 +21,7 @@ AGENT_NAMES = ("delay-aimd", "rl-tcp")
 @click.option("--agent", type=click.Choice(AGENT_NAMES), default="delay-aimd", show_default=True,
               help="cwnd agent for the `remote` congestion control.")
 @click.option("--agent-file", type=click.Path(dir_okay=False),
-              help="Agent file for rl-tcp (default: the shipped models/rltcp_agent.json).")
+              help="Agent file for rl-tcp (default: the shipped models/rltcp_agent_delay.json).")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False),
               help="DQN policy file for ccswitchd's CCA requests (default: the shipped models/policy.json).")
 @click.option("--no-cca", is_flag=True, help="Answer cwnd requests only.")
