@@ -106,7 +106,7 @@ import numpy as np
 from ccswitch.remote.agents import rltcp_action, rltcp_reward
 from ccswitch.remote.protocol import CWND_DEC
 
-from .policy import PolicyError, decode_array, document_checksum, encode_array, write_signed
+from .policy import PolicyError, decode_array, encode_array, read_signed, write_signed
 
 __all__ = ["ACTION_MODES", "AGENT_FORMAT", "DEFAULT_AGENT", "DELAY_REWARD", "FEATURES", "MULT_FACTORS", "REWARD_MODES",
            "AgentError", "RlTcpAgent", "apply_action", "delay_reward", "features", "load_agent", "reward", "save_agent"]
@@ -264,18 +264,9 @@ def save_agent(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Seque
 def load_agent(path: str | Path | None = None) -> RlTcpAgent:
     """Load and check an agent file (default DEFAULT_AGENT); problems raise one AgentError line."""
     p = Path(path) if path is not None else DEFAULT_AGENT
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as e:
-        raise AgentError(f"{p}: cannot read the RL-TCP agent file ({e.strerror or e})") from None
-    except ValueError as e:
-        raise AgentError(f"{p}: not JSON ({e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != AGENT_FORMAT:
-        raise AgentError(f"{p}: not an RL-TCP agent file (format must be {AGENT_FORMAT!r})")
-    if doc.get("version") != AGENT_VERSION:
-        raise AgentError(f"{p}: agent file version {doc.get('version')!r}, this ccswitch reads {AGENT_VERSION}")
-    if doc.get("checksum") != document_checksum(doc):
-        raise AgentError(f"{p}: checksum mismatch (the file was changed or truncated)")
+    doc = read_signed(p, fmt=AGENT_FORMAT, version=AGENT_VERSION, what="RL-TCP agent", article="an",
+                      error=AgentError, hint="train one with `python -m ccswitch.models.dqn_rltcp train`, then "
+                                             "`export`; or use models/rltcp_agent_delay.json")
     try:
         return _build(p, doc)
     except PolicyError as e:

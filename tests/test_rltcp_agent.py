@@ -107,14 +107,16 @@ def test_bad_files_are_one_line_naming_the_file(tmp_path: Path, edit, needle: st
 
 
 def test_missing_and_non_json_files(tmp_path: Path) -> None:
-    with pytest.raises(AgentError, match="cannot read"):
+    with pytest.raises(AgentError, match="no such RL-TCP agent file"):
         load_agent(tmp_path / "none.json")
+    with pytest.raises(AgentError, match="cannot read the RL-TCP agent file"):
+        load_agent(tmp_path)  # a folder
     (tmp_path / "x.json").write_text("{not json")
-    with pytest.raises(AgentError, match="not JSON"):
+    with pytest.raises(AgentError, match="invalid JSON"):
         load_agent(tmp_path / "x.json")
     with pytest.raises(ValueError, match="takes no agent file"):
         cwnd_agent("delay-aimd", tmp_path / "x.json")
-    with pytest.raises(AgentError, match="not JSON"):  # AgentError is a ValueError: the CLI prints one line
+    with pytest.raises(AgentError, match="invalid JSON"):  # AgentError is a ValueError: the CLI prints one line
         cwnd_agent("rl-tcp", tmp_path / "x.json")
 
 
