@@ -191,10 +191,12 @@ def plot(data: dict[str, dict[str, dict[str, dict[str, Any]]]], cols: Sequence[t
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    # one panel above the other: each (queue, host) column gets ~1 inch for its two-line label
-    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 1.0 * len(cols)), 8.5))
+    # one panel above the other: each (queue, host) column gets ~1 inch for its two-line label; the
+    # targets' two failure modes (a starved flow, an empty link) and the delay the queue costs
+    fig, axes = plt.subplots(3, 1, figsize=(max(8.0, 1.0 * len(cols)), 12.0))
     for ax, key, label in ((axes[0], "min_share", "min share (last half)"),
-                           (axes[1], "sojourn_p99_ms", "router queue sojourn p99 (ms)")):
+                           (axes[1], "utilisation", "utilisation (last half)"),
+                           (axes[2], "sojourn_p99_ms", "router queue sojourn p99 (ms)")):
         for i, (q, a) in enumerate(cols):
             ys = [data[q][a][s][key] for s in scenarios if s in data[q][a]]
             xs = [i + (j - len(ys) / 2) * 0.04 for j in range(len(ys))]
@@ -207,6 +209,8 @@ def plot(data: dict[str, dict[str, dict[str, dict[str, Any]]]], cols: Sequence[t
         ax.grid(alpha=0.3)
     axes[0].axhline(0.8, color="r", linestyle=":", linewidth=1)
     axes[0].text(len(cols) - 0.5, 0.81, "target 0.8", color="r", fontsize=8, ha="right")
+    axes[1].axhline(0.9, color="r", linestyle=":", linewidth=1)
+    axes[1].text(-0.45, 0.885, "target 90 %", color="r", fontsize=8, ha="left", va="top")
     fig.suptitle(f"Host vs router queue: {len(scenarios)} fairness scenarios, one run each (bar: median)")
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
