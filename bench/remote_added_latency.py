@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import numpy as np
 
 from ccswitch.bpf.remote import ensure_remote
 from ccswitch.metrics import jain_index
+from ccswitch.remote.protocol import write_key
 from ccswitch.testbed.runs.emulator import Emulator, emulator_config, link
 from ccswitch.testbed.runs.iperf import start_flow, start_server
 from ccswitch.testbed.runs.netns import popen_in, run_in, stop_process
@@ -100,8 +100,7 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
-        (tmp / "key").write_bytes(os.urandom(24).hex().encode())
-        (tmp / "key").chmod(0o600)
+        write_key(tmp / "key")
         print(f"remote (delay-aimd) vs CUBIC, {RATE:g} Mbit/s, {2 * DELAY_MS:g} ms base RTT, 100-packet FIFO, "
               f"{args.seconds} s, metrics over the last half")
         print(f"{'added ms':>8} {'seed':>4} {'remote Mbit/s':>13} {'CUBIC Mbit/s':>12} {'Jain':>5} {'cwnd':>5} "

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import statistics
 import subprocess
@@ -29,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ccswitch.bpf.remote import MODES, ensure_remote
+from ccswitch.remote.protocol import write_key
 from ccswitch.testbed.runs.iperf import start_flow, start_server
 from ccswitch.testbed.runs.netns import Bottleneck, popen_in, stop_process
 
@@ -47,8 +47,7 @@ def main() -> int:
 
 def measure(args: argparse.Namespace, tmp: Path) -> int:
     key, steps = tmp / "key", tmp / "steps.jsonl"
-    key.write_bytes(os.urandom(24).hex().encode())
-    key.chmod(0o600)
+    write_key(key)
     l4s = ["--l4s"] if args.l4s else []
     samples: list[tuple[float, int, int, str]] = []
     h = ensure_remote()

@@ -23,7 +23,6 @@ then the paper's ratio, RTT(L4S via DualPI2) / RTT(classic via FIFO)
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -99,8 +98,7 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         key = Path(tmp) / "key"
-        key.write_bytes(os.urandom(24).hex().encode())
-        key.chmod(0o600)
+        p.write_key(key)
         print(f"control RTT behind one CUBIC flow, {RATE:g} Mbit/s, {2 * DELAY_MS:g} ms base RTT, request every "
               f"{STEP_S:g} s, after {WARMUP_S:g} s warm-up")
         print(f"{'queue':<8} {'control':<8} {'mean ms':>8} {'p50':>7} {'p90':>7} {'p99':>7} {'n':>4} {'lost':>4} "

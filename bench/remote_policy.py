@@ -282,8 +282,7 @@ def main() -> int:
     cca = CcaPolicy()
     with tempfile.TemporaryDirectory() as tmp:
         key_file = Path(tmp) / "key"
-        key_file.write_bytes(os.urandom(24).hex().encode())
-        key_file.chmod(0o600)
+        p.write_key(key_file)
         print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n")
         throughput(key_file, args.seconds, cca)
         server_cost(cca)

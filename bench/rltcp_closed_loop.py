@@ -59,27 +59,12 @@ SERVE = [sys.executable, "-c", "from ccswitch.cli import main; main()", "policy"
 PAPER = {"control_rtt_ms": {"l4s": 65.0, "fifo": 105.0}}
 
 
-def wait_line(proc: subprocess.Popen, needle: bytes, timeout_s: float = 40.0) -> None:
-    """Block until *needle* appears on proc's stderr (a slow, loaded host imports numpy for seconds)."""
-    assert proc.stderr is not None
-    os.set_blocking(proc.stderr.fileno(), False)
-    seen, end = b"", time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        seen += proc.stderr.read() or b""
-        if needle in seen:
-            return
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[-1]!r}... exited: {seen.decode(errors='replace')[-500:]}")
-        time.sleep(0.05)
-    raise RuntimeError(f"no {needle!r} after {timeout_s} s: {seen.decode(errors='replace')[-500:]}")
-
-
 def run_one(agent: str, arm: str, seed: int, seconds: int, key: Path, work: Path,
             agent_file: Path | None = None) -> dict[str, Any]:
     from ccswitch.bpf.remote import ensure_remote
     from ccswitch.testbed.runs.emulator import Emulator, dualpi2, emulator_config, link
     from ccswitch.testbed.runs.iperf import start_flow, start_server
-    from ccswitch.testbed.runs.netns import popen_in, stop_process
+    from ccswitch.testbed.runs.netns import popen_in, stop_process, wait_for_stderr
     from ccswitch.testbed.runs.topology import Topology
 
     steps = work / f"steps-{agent}-{arm}-{seed}.jsonl"
@@ -102,13 +87,13 @@ def run_one(agent: str, arm: str, seed: int, seconds: int, key: Path, work: Path
                              stderr=subprocess.PIPE)
                 ctl = None
                 try:
-                    wait_line(srv, b"listening on")
+                    wait_for_stderr(srv, b"listening on", timeout_s=40.0)
                     ctl = popen_in(topo.clients[0], [
                         sys.executable, "-m", "ccswitch.remote.sender", "--server", f"{topo.server_addr}:{PORT}",
                         "--key", str(key), "--local", "none", "--deadline", str(STEP_DEADLINE_S),
                         "--kernel-deadline", str(KERNEL_DEADLINE_S), *l4s, "--log", str(steps)],
                         stderr=subprocess.PIPE)
-                    wait_line(ctl, b"controlling")
+                    wait_for_stderr(ctl, b"controlling", timeout_s=40.0)
                     remote = start_flow(topo.clients[0], topo.server_addr, 5701, cca="remote", seconds=seconds)
                     cubic = start_flow(topo.clients[1], topo.server_addr, 5702, cca="cubic", seconds=seconds)
                     res = [remote.wait(timeout=seconds + 60), cubic.wait(timeout=seconds + 60)]
@@ -165,10 +150,11 @@ def run_all(out: Path, seeds: int, seconds: int, agents: list[str], arms: list[s
             agent_file: Path | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     names = {a: label(a, agent_file) for a in agents}
+    from ccswitch.remote.protocol import write_key
+
     with tempfile.TemporaryDirectory() as tmp_s:
         key = Path(tmp_s) / "key"
-        key.write_bytes(os.urandom(24).hex().encode())
-        key.chmod(0o600)
+        write_key(key)
         for seed in range(1, seeds + 1):  # seed-major: a cut-short run still has every arm once
             for arm in arms:
                 for agent in agents:

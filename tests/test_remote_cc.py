@@ -33,8 +33,9 @@ import pytest
 from ccswitch.bpf.libbpf import BpfError
 from ccswitch.bpf.remote import MODES, decision_records, ensure_remote, now_ns, touch_cookies
 from ccswitch.host import available_ccas
+from ccswitch.remote.protocol import write_key
 from ccswitch.testbed.runs.iperf import start_flow, start_server
-from ccswitch.testbed.runs.netns import entered, popen_in, stop_process
+from ccswitch.testbed.runs.netns import entered, popen_in, stop_process, wait_for_stderr
 
 pytestmark = pytest.mark.kernel
 RATE_MBIT = 20.0
@@ -47,22 +48,6 @@ def data_socket(h) -> np.void | None:
     """The exported state of the flow's data socket (the one that delivered most)."""
     obs = h.observations()
     return obs[np.argmax(obs["delivered"])] if len(obs) else None
-
-
-def wait_listening(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
-    end = time.monotonic() + timeout_s
-    assert proc.stderr is not None
-    os.set_blocking(proc.stderr.fileno(), False)
-    seen = b""
-    while time.monotonic() < end:
-        chunk = proc.stderr.read() or b""
-        seen += chunk
-        if b"listening on" in seen:
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"policy server exited: {seen.decode(errors='replace')}")
-        time.sleep(0.05)
-    raise AssertionError(f"policy server not listening after {timeout_s} s: {seen.decode(errors='replace')}")
 
 
 def open_fds() -> int:
@@ -152,8 +137,7 @@ def test_decisions_apply_expire_and_cap_pacing(bottleneck, iperf3) -> None:
 def test_remote_cc_follows_the_server_then_falls_back(bottleneck, iperf3, tmp_path: Path) -> None:
     bn = bottleneck
     key = tmp_path / "key"
-    key.write_bytes(os.urandom(24).hex().encode())
-    key.chmod(0o600)
+    write_key(key)
     steps = tmp_path / "steps.jsonl"
     h = ensure_remote()
     server = controller = None
@@ -162,7 +146,7 @@ def test_remote_cc_follows_the_server_then_falls_back(bottleneck, iperf3, tmp_pa
         server = popen_in(bn.receiver, [sys.executable, "-c", "from ccswitch.cli import main; main()", "policy",
                                         "serve", "--listen", f"{bn.receiver_addr}:{PORT}", "--key", str(key),
                                         "--no-cca"], stderr=subprocess.PIPE)
-        wait_listening(server)
+        wait_for_stderr(server, b"listening on")
         with start_server(bn.receiver, IPERF_PORT, bind=bn.receiver_addr):
             flow = start_flow(bn.sender, bn.receiver_addr, IPERF_PORT, cca="remote", seconds=FLOW_S)
             controller = popen_in(bn.sender, [sys.executable, "-m", "ccswitch.remote.sender", "--server",

@@ -25,19 +25,18 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from ccswitch.bpf.remote import ensure_remote
 from ccswitch.models.rltcp_agent import CWND_MAX, CWND_MIN, DEFAULT_AGENT
+from ccswitch.remote.protocol import write_key
 from ccswitch.testbed.runs.emulator import Emulator, binary_path, emulator_config, link
 from ccswitch.testbed.runs.iperf import start_flow, start_server
-from ccswitch.testbed.runs.netns import popen_in, stop_process
+from ccswitch.testbed.runs.netns import popen_in, stop_process, wait_for_stderr
 from ccswitch.testbed.runs.topology import Topology
 
 pytestmark = pytest.mark.kernel
@@ -46,25 +45,11 @@ PORT, IPERF_PORT = 7181, 5481
 FLOW_S = 8
 
 
-def wait_line(proc: subprocess.Popen, needle: bytes, timeout_s: float = 30.0) -> None:
-    assert proc.stderr is not None
-    os.set_blocking(proc.stderr.fileno(), False)
-    seen, end = b"", time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        seen += proc.stderr.read() or b""
-        if needle in seen:
-            return
-        assert proc.poll() is None, f"process exited: {seen.decode(errors='replace')}"
-        time.sleep(0.05)
-    raise AssertionError(f"no {needle!r} after {timeout_s} s: {seen.decode(errors='replace')}")
-
-
 def test_served_rltcp_agent_drives_the_flow(require, iperf3, tmp_path: Path) -> None:
     assert DEFAULT_AGENT.exists(), f"{DEFAULT_AGENT} is missing (python -m ccswitch.models.dqn_rltcp)"
     require(binary_path().is_file(), f"linkemu is not built ({binary_path()}); run scripts/setup.sh")
     key = tmp_path / "key"
-    key.write_bytes(os.urandom(24).hex().encode())
-    key.chmod(0o600)
+    write_key(key)
     steps = tmp_path / "steps.jsonl"
     h = ensure_remote()
     server = controller = None
@@ -76,12 +61,12 @@ def test_served_rltcp_agent_drives_the_flow(require, iperf3, tmp_path: Path) -> 
                 server = popen_in(topo.server, [sys.executable, "-c", "from ccswitch.cli import main; main()",
                                                 "policy", "serve", "--listen", f"{topo.server_addr}:{PORT}", "--key",
                                                 str(key), "--no-cca", "--agent", "rl-tcp"], stderr=subprocess.PIPE)
-                wait_line(server, b"listening on")
+                wait_for_stderr(server, b"listening on")
                 controller = popen_in(topo.clients[0], [
                     sys.executable, "-m", "ccswitch.remote.sender", "--server", f"{topo.server_addr}:{PORT}",
                     "--key", str(key), "--local", "none", "--deadline", "0.3", "--log", str(steps)],
                     stderr=subprocess.PIPE)
-                wait_line(controller, b"controlling")
+                wait_for_stderr(controller, b"controlling")
                 with start_server(topo.server, IPERF_PORT, bind=topo.server_addr):
                     flow = start_flow(topo.clients[0], topo.server_addr, IPERF_PORT, cca="remote", seconds=FLOW_S)
                     res = flow.wait(timeout=FLOW_S + 30)

@@ -133,6 +133,14 @@ class Message:
     body: bytes
 
 
+def write_key(path: str | Path) -> Path:
+    """A fresh random shared key (48 hex characters) in *path*, mode 600: what :func:`load_key` accepts."""
+    p = Path(path)
+    p.write_bytes(os.urandom(24).hex().encode())
+    p.chmod(0o600)
+    return p
+
+
 def load_key(path: str | Path) -> bytes:
     """The shared key: the file's bytes without trailing whitespace; >= 16 bytes, not readable by others."""
     p = Path(path)

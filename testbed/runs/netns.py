@@ -87,6 +87,7 @@ __all__ = [
     "set_tbf",
     "stop_process",
     "tbf_defaults",
+    "wait_for_stderr",
     "wait_oper_up",
 ]
 
@@ -284,6 +285,23 @@ def popen_in(name: str, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[
     ``nsenter`` execs the command, so the returned PID is the command's own.
     """
     return subprocess.Popen(nsenter_argv(name, argv), **kwargs)
+
+
+def wait_for_stderr(proc: subprocess.Popen[Any], needle: bytes, timeout_s: float = 30.0) -> None:
+    """Block until *needle* appears on *proc*'s stderr (a pipe); RuntimeError with its last output if the
+    process exits first or *timeout_s* passes (a loaded host can take seconds to import numpy)."""
+    assert proc.stderr is not None
+    os.set_blocking(proc.stderr.fileno(), False)
+    seen, end = b"", time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        seen += proc.stderr.read() or b""
+        if needle in seen:
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[-1]!r}... exited before {needle!r}: "
+                               f"{seen.decode(errors='replace')[-500:]}")
+        time.sleep(0.05)
+    raise RuntimeError(f"no {needle!r} after {timeout_s} s: {seen.decode(errors='replace')[-500:]}")
 
 
 def stop_process(proc: subprocess.Popen[Any], grace_s: float) -> None:
