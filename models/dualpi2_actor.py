@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from .policy import PolicyError, decode_array, encode_array, read_signed, write_signed
+from .policy import PolicyError, decode_array, encode_layers, plain_json, read_signed, write_signed
 
 __all__ = ["ACTION_KINDS", "ACTOR_FORMAT", "LEASE_INTERVALS", "OBS_FEATURES", "STATE_KEYS", "Actor", "ActorError",
            "Observer", "annotate_actor", "control_params", "load_actor", "next_base_prob", "prob_scale", "reward",
@@ -285,10 +285,9 @@ def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Seque
         "features": list(OBS_FEATURES), "interval_s": interval_s, "target_ms": target_ms,
         "action": action,
         "network": {"hidden_activation": "relu", "output_activation": "tanh",
-                    "layers": [{"kernel": encode_array(k), "bias": encode_array(b)}
-                               for k, b in zip(kernels, biases, strict=True)]},
-        "training": json.loads(json.dumps(dict(training or {}), default=str)),
-        "evaluation": json.loads(json.dumps(dict(evaluation or {}), default=str)),
+                    "layers": encode_layers(kernels, biases)},
+        "training": plain_json(training),
+        "evaluation": plain_json(evaluation),
     }
     return write_signed(path, doc)
 
@@ -340,5 +339,5 @@ def annotate_actor(path: str | Path, evaluation: Mapping[str, Any]) -> str:
     p = Path(path)
     doc = json.loads(p.read_text())
     load_actor(p)  # refuse to re-sign a corrupt file
-    doc["evaluation"] = json.loads(json.dumps(dict(evaluation), default=str))
+    doc["evaluation"] = plain_json(evaluation)
     return write_signed(p, doc)

@@ -49,7 +49,6 @@ select it with ``agent`` in an lfq queue table.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from .policy import PolicyError, decode_array, encode_array, read_signed, write_signed
+from .policy import PolicyError, decode_array, encode_layers, plain_json, read_signed, write_signed
 
 __all__ = [
     "ACTOR_FORMAT",
@@ -73,7 +72,6 @@ __all__ = [
     "ActorError",
     "K",
     "action_for",
-    "annotate_actor",
     "limit_for",
     "load_actor",
     "observation",
@@ -188,10 +186,9 @@ def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Seque
         "action": {"kind": "log2 limit", "log2_min": LOG2_MIN, "log2_max": LOG2_MAX},
         "reward": {"alpha_per_s": ALPHA, "mtu_bytes": MTU},
         "network": {"hidden_activation": "leaky_relu", "leak": leak, "output_activation": "tanh",
-                    "layers": [{"kernel": encode_array(k), "bias": encode_array(b)}
-                               for k, b in zip(kernels, biases, strict=True)]},
-        "training": json.loads(json.dumps(dict(training or {}), default=str)),
-        "evaluation": json.loads(json.dumps(dict(evaluation or {}), default=str)),
+                    "layers": encode_layers(kernels, biases)},
+        "training": plain_json(training),
+        "evaluation": plain_json(evaluation),
     }
     return write_signed(path, doc)
 
@@ -234,12 +231,3 @@ def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
         raise ActorError(f"{p}: interval_s {interval} is outside 0.001..10 s")
     return Actor(kernels, biases, interval, float(net.get("leak", 0.01)), doc.get("training", {}),
                  doc.get("evaluation", {}), p, str(doc["checksum"]))
-
-
-def annotate_actor(path: str | Path, evaluation: Mapping[str, Any]) -> str:
-    """Record closed-loop results in an actor file (key ``evaluation``); the checksum covers them."""
-    p = Path(path)
-    load_actor(p)  # refuse to re-sign a corrupt file
-    doc = json.loads(p.read_text())
-    doc["evaluation"] = json.loads(json.dumps(dict(evaluation), default=str))
-    return write_signed(p, doc)

@@ -116,6 +116,16 @@ def encode_array(a: np.ndarray) -> dict[str, Any]:
     return {"shape": list(a.shape), "dtype": "<f4", "data": base64.b64encode(a.tobytes()).decode("ascii")}
 
 
+def encode_layers(kernels: Sequence[np.ndarray], biases: Sequence[np.ndarray]) -> list[dict[str, Any]]:
+    """A dense network's layers as a model document holds them (``network.layers``)."""
+    return [{"kernel": encode_array(k), "bias": encode_array(b)} for k, b in zip(kernels, biases, strict=True)]
+
+
+def plain_json(record: Mapping[str, Any] | None) -> dict[str, Any]:
+    """*record* as plain JSON values (anything else as its str()), for a document's free-form keys."""
+    return json.loads(json.dumps(dict(record or {}), default=str))
+
+
 def decode_array(d: Any, where: str) -> np.ndarray:
     if not isinstance(d, dict) or not {"shape", "dtype", "data"} <= set(d):
         raise PolicyError(f"{where}: must be an object with shape, dtype and data")
@@ -241,8 +251,7 @@ def save_policy(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequ
                      "names": list(features)},
         "normalisation": normalisation.as_dict(),
         "network": {"activation": activation,
-                    "layers": [{"kernel": encode_array(k), "bias": encode_array(b)}
-                               for k, b in zip(kernels, biases, strict=True)]},
+                    "layers": encode_layers(kernels, biases)},
         "training": json.loads(json.dumps(dict(training or {}), default=_jsonable)),
     }
     return write_signed(path, doc)

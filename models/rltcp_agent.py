@@ -95,7 +95,6 @@ file)::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,7 +105,7 @@ import numpy as np
 from ccswitch.remote.agents import rltcp_action, rltcp_reward
 from ccswitch.remote.protocol import CWND_DEC
 
-from .policy import PolicyError, decode_array, encode_array, read_signed, write_signed
+from .policy import PolicyError, decode_array, encode_layers, plain_json, read_signed, write_signed
 
 __all__ = ["ACTION_MODES", "AGENT_FORMAT", "DEFAULT_AGENT", "DELAY_REWARD", "FEATURES", "MULT_FACTORS", "REWARD_MODES",
            "AgentError", "RlTcpAgent", "apply_action", "delay_reward", "features", "load_agent", "reward", "save_agent"]
@@ -254,9 +253,8 @@ def save_agent(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Seque
         "reward": {"mode": reward_mode, "description": REWARD_MODES[reward_mode],
                    "constants": dict(DELAY_REWARD) if reward_mode == "delay" else {"REWARD_SCALE": REWARD_SCALE}},
         "network": {"hidden_activation": "relu", "output_activation": "linear",
-                    "layers": [{"kernel": encode_array(k), "bias": encode_array(b)}
-                               for k, b in zip(kernels, biases, strict=True)]},
-        "training": json.loads(json.dumps(dict(training or {}), default=str)),
+                    "layers": encode_layers(kernels, biases)},
+        "training": plain_json(training),
     }
     return write_signed(path, doc)
 
