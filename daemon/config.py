@@ -159,6 +159,11 @@ KEYS: tuple[Key, ...] = (
     Key("policy", "remote_l4s", False,
         "With policy.remote: send the requests as L4S (DSCP 40 + ECT(1)) so an L4S bottleneck keeps their "
         "queueing delay low; false = classic."),
+    Key("policy", "remote_joint", False,
+        "With policy.remote: one decision per path.  The server answers every managed flow with the mean "
+        "Q-values of all flows it knows to the same remote address, from every client that asks it, so the "
+        "daemons of a site move a path's flows together instead of pulling apart (ccswitch/remote/joint.py; "
+        "measured in docs/learning.md)."),
     # -- guard
     Key("guard", "min_dwell_s", 5.0, "No switch of a socket within this time after its last switch, s.", _ge(0.0)),
     Key("guard", "margin", 0.05,

@@ -88,7 +88,15 @@ class DqnDecider(Decider):
         cols = {c: table.column(c) for c in (*BASE_COLUMNS, "flow_id", "sndq_bytes")}
         cols["netns_cookie"] = group
         ids, obs = self.builder.update(cols, *table.codes("cca"))
-        return Scores(ids, self.policy.q_values(obs).astype(np.float64), obs)
+        if getattr(self.policy, "joint", False):  # policy.remote_joint: one decision per path, across clients
+            from ccswitch.remote.joint import path_keys
+
+            inv, keys = table.codes("dst")
+            paths = path_keys(keys)[inv] if len(keys) else np.zeros(len(ids), np.uint64)
+            q = self.policy.q_values(obs, np.asarray(ids, dtype=np.uint64), paths)
+        else:
+            q = self.policy.q_values(obs)
+        return Scores(ids, q.astype(np.float64), obs)
 
     def describe(self) -> dict[str, Any]:
         p = self.policy
@@ -279,7 +287,7 @@ def _remote(policy: Policy, policy_cfg: dict[str, Any]) -> Any:
         raise PolicyError(f"policy.remote: {e}") from None
     client = PolicyClient(server, key, deadline_s=float(policy_cfg["remote_deadline_s"]),
                           tos=L4S_TOS if policy_cfg["remote_l4s"] else 0)
-    return RemotePolicy(policy, client)
+    return RemotePolicy(policy, client, joint=bool(policy_cfg["remote_joint"]))
 
 
 def explain_features(policy: Policy, obs: np.ndarray) -> dict[str, float]:

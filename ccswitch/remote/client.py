@@ -94,10 +94,15 @@ class PolicyClient:
         return (local(obs) if local is not None else None), False
 
     def cca(self, policy_id: bytes, flows: np.ndarray, x: np.ndarray,
-            local: Callable[[np.ndarray], np.ndarray] | None) -> tuple[np.ndarray | None, bool]:
-        """(Q-values [N, A] for feature rows *x*, True if the server decided); local(x) on any failure."""
+            local: Callable[[np.ndarray], np.ndarray] | None,
+            paths: np.ndarray | None = None) -> tuple[np.ndarray | None, bool]:
+        """(Q-values [N, A] for feature rows *x*, True if the server decided); local(x) on any failure.
+
+        With *paths* (a path key per row, joint.path_keys) the request is a CCA_JOINT_REQ: the
+        answer is the mean over every flow the server knows on each row's path."""
         x = np.asarray(x, dtype=np.float32)
-        m = self._exchange(p.Kind.CCA_REQ, p.encode_cca_req(policy_id, flows, x), len(flows))
+        kind = p.Kind.CCA_REQ if paths is None else p.Kind.CCA_JOINT_REQ
+        m = self._exchange(kind, p.encode_cca_req(policy_id, flows, x, paths), len(flows))
         if m is not None:
             try:
                 _, got, _, q = p.decode_cca_resp(m)

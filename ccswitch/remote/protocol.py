@@ -5,7 +5,7 @@ One request or answer is one UDP datagram::
     offset  size  field
     0       4     magic        b"CCRP"
     4       1     version      1
-    5       1     kind         CWND_REQ 1, CWND_RESP 2, CCA_REQ 3, CCA_RESP 4, ERROR 5
+    5       1     kind         CWND_REQ 1, CWND_RESP 2, CCA_REQ 3, CCA_RESP 4, ERROR 5, CCA_JOINT_REQ 6
     6       2     count        records in the body (ERROR: the error code)
     8       4     client_id    chosen by the client; names its replay window on the server
     12      8     seq          per client, increasing; an answer echoes its request's
@@ -24,6 +24,9 @@ Bodies (all integers unsigned little-endian; f4 = IEEE float32):
 * CCA_REQ: policy_id 8 bytes (first 8 bytes of the policy file's sha256 checksum, so that
   features normalised for another policy are refused), n_features u2, 6 bytes zero, then
   `count` x (flow u8, n_features x f4).
+* CCA_JOINT_REQ: as CCA_REQ, each record (flow u8, path u8, n_features x f4): `path` names the
+  flow's path (ccswitch/remote/joint.py: a hash of the remote address), `flow` the daemon's flow
+  id; answered by a CCA_RESP whose Q-values are the mean over the path's flows of every client.
 * CCA_RESP: n_actions u1, 7 bytes zero, n_actions x 16-byte NUL-padded ASCII names, then
   `count` x (flow u8, action u1, 3 bytes zero, n_actions x f4 Q-values).
 * ERROR: UTF-8 text; `count` is the ErrorCode.
@@ -79,10 +82,11 @@ class Kind(enum.IntEnum):
     CCA_REQ = 3
     CCA_RESP = 4
     ERROR = 5
+    CCA_JOINT_REQ = 6
 
 
-REQUESTS = (Kind.CWND_REQ, Kind.CCA_REQ)
-ANSWER_TO = {Kind.CWND_REQ: Kind.CWND_RESP, Kind.CCA_REQ: Kind.CCA_RESP}
+REQUESTS = (Kind.CWND_REQ, Kind.CCA_REQ, Kind.CCA_JOINT_REQ)
+ANSWER_TO = {Kind.CWND_REQ: Kind.CWND_RESP, Kind.CCA_REQ: Kind.CCA_RESP, Kind.CCA_JOINT_REQ: Kind.CCA_RESP}
 
 
 class ErrorCode(enum.IntEnum):
@@ -289,33 +293,48 @@ def decode_cwnd_dec(m: Message, cwnd_min: int = 2, cwnd_max: int = CWND_MAX) -> 
     return dec
 
 
-def _feature_dtype(n: int) -> np.dtype:
-    return np.dtype([("flow", "<u8"), ("x", "<f4", (n,))])
+def _feature_dtype(n: int, joint: bool = False) -> np.dtype:
+    return np.dtype([("flow", "<u8"), *([("path", "<u8")] if joint else []), ("x", "<f4", (n,))])
 
 
-def encode_cca_req(policy_id: bytes, flows: np.ndarray, features: np.ndarray) -> bytes:
+def encode_cca_req(policy_id: bytes, flows: np.ndarray, features: np.ndarray,
+                   paths: np.ndarray | None = None) -> bytes:
+    """A CCA_REQ body, or with *paths* a CCA_JOINT_REQ body."""
     n = features.shape[1]
-    rec = np.zeros(len(flows), dtype=_feature_dtype(n))
+    rec = np.zeros(len(flows), dtype=_feature_dtype(n, paths is not None))
     rec["flow"], rec["x"] = flows, features
+    if paths is not None:
+        rec["path"] = paths
     return CCA_HEAD.pack(policy_id[:8].ljust(8, b"\0"), n) + rec.tobytes()
 
 
 def decode_cca_req(m: Message) -> tuple[bytes, np.ndarray, np.ndarray]:
     """(policy_id, flows [N], features [N, D]) of a CCA_REQ."""
+    policy_id, rec, x = _decode_cca(m, joint=False)
+    return policy_id, rec["flow"].copy(), x
+
+
+def decode_cca_joint_req(m: Message) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
+    """(policy_id, flows [N], paths [N], features [N, D]) of a CCA_JOINT_REQ."""
+    policy_id, rec, x = _decode_cca(m, joint=True)
+    return policy_id, rec["flow"].copy(), rec["path"].copy(), x
+
+
+def _decode_cca(m: Message, joint: bool) -> tuple[bytes, np.ndarray, np.ndarray]:
     if len(m.body) < CCA_HEAD.size:
         raise ProtocolError(ErrorCode.BODY, f"cca request: body of {len(m.body)} bytes, shorter than its "
                                             f"{CCA_HEAD.size}-byte head")
     policy_id, n = CCA_HEAD.unpack_from(m.body)
     if not 1 <= n <= MAX_FEATURES:
         raise ProtocolError(ErrorCode.BODY, f"cca request: {n} features (valid: 1..{MAX_FEATURES})")
-    rec = _records(m.body, CCA_HEAD.size, _feature_dtype(n), m.header.count, "cca request")
+    rec = _records(m.body, CCA_HEAD.size, _feature_dtype(n, joint), m.header.count, "cca request")
     x = rec["x"].reshape(len(rec), n)
     finite = np.isfinite(x) & (np.abs(x) <= FEATURE_ABS_MAX)
     if not finite.all():
         row = int(np.argmax(~finite.all(axis=1)))
         raise ProtocolError(ErrorCode.RANGE, f"cca request: flow {int(rec['flow'][row])} has a non-finite or "
                                              f"out-of-range feature (|x| > {FEATURE_ABS_MAX:g})")
-    return policy_id, rec["flow"].copy(), x.copy()
+    return policy_id, rec, x.copy()
 
 
 def _resp_dtype(n_actions: int) -> np.dtype:

@@ -10,6 +10,12 @@ deadline; a chunk whose answer fails is computed locally by the same policy
 (the client counts and logs it), so the daemon always gets Q-values for
 every row, never an exception, and at worst one deadline per chunk late.
 
+With `joint` (ccswitchd's `policy.remote_joint`) the rows go as CCA_JOINT_REQ with
+each flow's id and path key (joint.py): the server answers with the mean Q-values
+of every flow it knows on that path, from every client, so the daemons of a site
+move the flows of one path together.  A chunk computed locally (fallback) gets
+the flow's own Q-values.
+
 Because the observation is built locally (the daemon's LiveObservations),
 only the forward pass moves: the server needs no per-flow state, and local
 and remote decisions are the same function of the same input (tested).
@@ -27,15 +33,16 @@ from ccswitch.remote.client import PolicyClient
 
 
 def rows_per_datagram(n_features: int) -> int:
-    """How many observation rows fit one CCA_REQ datagram."""
+    """How many observation rows fit one CCA_REQ (or CCA_JOINT_REQ, 8 bytes more a row) datagram."""
     room = p.MAX_DATAGRAM - p.HEADER.size - p.TAG_LEN - p.CCA_HEAD.size
-    return max(1, min(p.MAX_RECORDS, room // (8 + 4 * n_features)))
+    return max(1, min(p.MAX_RECORDS, room // (16 + 4 * n_features)))
 
 
 class RemotePolicy:
-    def __init__(self, policy: Any, client: PolicyClient) -> None:
+    def __init__(self, policy: Any, client: PolicyClient, *, joint: bool = False) -> None:
         self._policy = policy
         self.client = client
+        self.joint = joint
         self.policy_id = policy_id(policy.checksum)
         self.chunk = rows_per_datagram(policy.n_features)
         self.remote_rows = 0
@@ -44,7 +51,9 @@ class RemotePolicy:
     def __getattr__(self, name: str) -> Any:  # everything but q_values is the local policy's
         return getattr(self._policy, name)
 
-    def q_values(self, obs: np.ndarray) -> np.ndarray:
+    def q_values(self, obs: np.ndarray, flows: np.ndarray | None = None,
+                 paths: np.ndarray | None = None) -> np.ndarray:
+        """Q-values of the rows of *obs*; with *flows* and *paths* (joint mode) their paths' means."""
         x = np.asarray(obs, dtype=np.float32)
         single = x.ndim == 1
         x = x[None] if single else x
@@ -53,8 +62,12 @@ class RemotePolicy:
         parts = []
         for start in range(0, len(x), self.chunk):
             rows = x[start:start + self.chunk]
-            q, remote = self.client.cca(self.policy_id, np.arange(start, start + len(rows), dtype=np.uint64),
-                                        rows, self._policy.q_values)
+            if flows is not None and paths is not None:
+                q, remote = self.client.cca(self.policy_id, flows[start:start + len(rows)], rows,
+                                            self._policy.q_values, paths[start:start + len(rows)])
+            else:
+                q, remote = self.client.cca(self.policy_id, np.arange(start, start + len(rows), dtype=np.uint64),
+                                            rows, self._policy.q_values)
             if remote:
                 self.remote_rows += len(rows)
             else:
@@ -65,5 +78,6 @@ class RemotePolicy:
 
     def describe(self) -> dict[str, Any]:
         """Counters for `ccswitch status`."""
-        return {"server": f"{self.client.server[0]}:{self.client.server[1]}", "remote_rows": self.remote_rows,
+        return {"server": f"{self.client.server[0]}:{self.client.server[1]}", "joint": self.joint,
+                "remote_rows": self.remote_rows,
                 "local_rows": self.local_rows, "fallbacks": dict(self.client.fallbacks)}

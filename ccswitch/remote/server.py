@@ -12,6 +12,11 @@ deadline (its deadline_ms, counted from arrival; `default_deadline_s` when
 0) passed before its answer was ready is dropped: its client has fallen back
 already, and a late answer would only be refused as stale.
 
+CCA_JOINT_REQ rows (ccswitchd's `policy.remote_joint`) are answered with the mean
+Q-values of every flow the server has seen on the same path (joint.py: one
+decision per path); the whole batch is recorded before any mean is taken, so
+daemons asking at the same moment see each other.
+
 `added_latency_s` (`--added-latency-ms`) holds every answer that long before
 sending it: an emulated control path for experiments (paper 003's second
 stage delays each decision by the control RTT it measured in the first).
@@ -34,6 +39,7 @@ import numpy as np
 
 from ccswitch.remote import protocol as p
 from ccswitch.remote.agents import CcaPolicy, CwndAgent
+from ccswitch.remote.joint import PathBoard
 
 log = logging.getLogger("ccswitch.remote.server")
 
@@ -48,8 +54,9 @@ class Pending:
     addr: tuple[str, int]
     arrival: float
     obs: np.ndarray | None = None  # CWND_REQ
-    flows: np.ndarray | None = None  # CCA_REQ
+    flows: np.ndarray | None = None  # CCA_REQ, CCA_JOINT_REQ
     x: np.ndarray | None = None
+    paths: np.ndarray | None = None  # CCA_JOINT_REQ
 
 
 @dataclass
@@ -60,10 +67,11 @@ class ServerStats:
     late: int = 0
     batches: int = 0
     flows: int = 0
+    joint_flows: int = 0  # rows answered with their path's mean (CCA_JOINT_REQ)
 
     def as_dict(self) -> dict[str, object]:
         return {"requests": dict(self.requests), "refused": dict(self.refused), "answered": self.answered,
-                "late": self.late, "batches": self.batches, "flows": self.flows}
+                "late": self.late, "batches": self.batches, "flows": self.flows, "joint_flows": self.joint_flows}
 
 
 class PolicyServer(asyncio.DatagramProtocol):
@@ -84,6 +92,7 @@ class PolicyServer(asyncio.DatagramProtocol):
         self._pending_flows = 0
         self._timer: asyncio.TimerHandle | None = None
         self._logged: set[tuple[str, str]] = set()
+        self.board = PathBoard()
 
     # -- asyncio.DatagramProtocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -120,7 +129,10 @@ class PolicyServer(asyncio.DatagramProtocol):
         else:
             if self.cca is None:
                 raise p.ProtocolError(p.ErrorCode.POLICY, "this server has no CCA policy (--no-cca)")
-            pid, req.flows, req.x = p.decode_cca_req(m)
+            if h.kind == p.Kind.CCA_JOINT_REQ:
+                pid, req.flows, req.paths, req.x = p.decode_cca_joint_req(m)
+            else:
+                pid, req.flows, req.x = p.decode_cca_req(m)
             if pid != self.cca.policy_id or req.x.shape[1] != self.cca.n_features:
                 raise p.ProtocolError(p.ErrorCode.POLICY, f"client {h.client_id}: features for policy "
                                                           f"{pid.hex()} ({req.x.shape[1]} features); this "
@@ -193,12 +205,22 @@ class PolicyServer(asyncio.DatagramProtocol):
             self.agent_failed(reqs, e)
             return
         self.stats.flows += len(x)
-        start = 0
-        for r in reqs:
-            n = r.header.count
+        starts = np.cumsum([0] + [r.header.count for r in reqs])
+        joint = [i for i, r in enumerate(reqs) if r.paths is not None]
+        if joint:  # one decision per path: record the whole batch, then answer with the path means
+            now = time.monotonic()
+            self.board.expire(now)
+            for i in joint:
+                r = reqs[i]
+                assert r.flows is not None and r.paths is not None
+                self.board.record(r.header.client_id, r.flows, r.paths, q[starts[i]:starts[i + 1]], now)
+                self.stats.joint_flows += len(r.flows)
+            for i in joint:
+                q[starts[i]:starts[i + 1]] = self.board.means(reqs[i].paths)  # type: ignore[arg-type]
+        for i, r in enumerate(reqs):
             assert r.flows is not None
-            self.send(r, p.Kind.CCA_RESP, p.encode_cca_resp(self.cca.actions, r.flows, q[start:start + n]), n)
-            start += n
+            self.send(r, p.Kind.CCA_RESP, p.encode_cca_resp(self.cca.actions, r.flows, q[starts[i]:starts[i + 1]]),
+                      r.header.count)
 
     def agent_failed(self, reqs: list[Pending], e: Exception) -> None:
         if ("agent", type(e).__name__) not in self._logged:

@@ -67,6 +67,7 @@ from ..scenario.model_qdisc import Lfq
 from .daemons import KILL_TIMEOUT_S, START_TIMEOUT_S, STOP_TIMEOUT_S, DaemonError, DaemonProcess, daemon_running
 from .iperf import IperfError, IperfFlow, IperfServer, start_flow, start_server
 from .netns import cleanup_leftovers, entered, nsenter_argv
+from .policy_server import policy_server, with_remote
 from .topology import Topology, kernel_emulator
 
 __all__ = [
@@ -553,6 +554,10 @@ def run_once(sc: Scenario, run_dir: Path, *, seed: int = 1, label: str = "run",
     """One run of *sc* into *run_dir* (raw outputs and summary.json; no tables or plots)."""
     if external is None and os.geteuid() != 0:
         raise RunError("the namespace testbed needs root (network namespaces, BPF); rerun with sudo")
+    if external is not None and sc.daemon is not None and sc.daemon.remote is not None:
+        raise RunError(f"scenario {sc.name} has [daemon.remote], whose policy server the runner starts in the "
+                       f"namespace testbed only; in external mode run `ccswitch policy serve` yourself and set "
+                       f"policy.remote in each client's ccswitchd config")
     if external is not None and sc.tcp_ecn is not None:
         raise RunError(f"scenario {sc.name} sets tcp_ecn = {sc.tcp_ecn}, which the runner applies in the client "
                        f"namespaces only; in external mode set net.ipv4.tcp_ecn on the client hosts and remove it")
@@ -586,6 +591,11 @@ def run_once(sc: Scenario, run_dir: Path, *, seed: int = 1, label: str = "run",
     with contextlib.ExitStack() as stack:
         if external is None:
             server_addr, client_ns, servers = _netns_side(sc, flows, run_dir, seed, meta, stack)
+            if sc.daemon is not None and sc.daemon.remote is not None:  # [daemon.remote]: the policy server
+                remote = stack.enter_context(policy_server(
+                    meta["topology"]["server"], server_addr, sc.daemon.remote, run_dir / "policy-server",
+                    sc.daemon.policy_file, meta))
+                sc = with_remote(sc, remote)
         else:
             server_addr, client_ns, servers = external.server_addr, dict.fromkeys(clients), {}
             meta["topology"] = {"server_addr": server_addr, "clients_here": clients}

@@ -78,6 +78,10 @@ A scenario is a TOML file (examples in ``testbed/scenarios/``)::
     clients = [1, 2]                     # clients that run it (default: every client with a flow)
     guard = { min_dwell_s = 2.0 }        # overrides of the daemon's [guard] table (daemon/ defines
                                          # the keys; checked by the daemon's own config validator)
+    remote = { latency_ms = 65 }         # policy = "dqn": its forward pass on a policy server that the
+                                         # runner starts in the server namespace (issue 15); also
+                                         # deadline_ms (0 = latency + 150), l4s, joint (one decision per
+                                         # path: ccswitch/remote/joint.py)
 
     [capture]                            # optional
     tshark = true                        # pcapng of the server's veth (headers only)
@@ -121,6 +125,7 @@ from .model import (
     Pfifo,
     PhyOverheads,
     Pie,
+    RemoteDecisions,
     Scenario,
     ScenarioError,
     Switch,
@@ -162,6 +167,7 @@ __all__ = [
     "Pfifo",
     "PhyOverheads",
     "Pie",
+    "RemoteDecisions",
     "Scenario",
     "ScenarioError",
     "Switch",

@@ -12,6 +12,12 @@
                         the training corpus (datasets/from_matrix.py); ``daemon-deviate``
                         stands for all of them, and a scenario with fewer than K managed
                         clients has no such run
+    dqn-remote[-MS]     the dqn arm with the DQN's forward pass on a policy server in the
+                        server namespace ([daemon.remote]), every answer held MS ms (default
+                        0): the remote decisions of issue 15
+    dqn-joint[-MS]      the same with one decision per path (joint = true): every managed
+                        flow gets the mean Q-values of all managed flows on its path, from
+                        every client (ccswitch/remote/joint.py, issue 11's coordination)
 
 Part of the scenario contract: an arm turns a :class:`Scenario` into another
 one; the runner and the reports only see scenarios.
@@ -26,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .model import DaemonSettings, Scenario
+from .model import DaemonSettings, RemoteDecisions, Scenario
 
 ARMS = ("static", "dqn", "heuristic", "daemon-static-cubic", "daemon-static-bbr", "daemon-static-pcc")
 DEFAULT_ARMS = ("static", "dqn")
@@ -38,6 +44,16 @@ MAX_CLIENTS = 6
 """The scenario space's most clients (testbed/scenarios/space.toml)."""
 DEVIATE_ARMS = tuple(f"{DEVIATE}-{k}-{x}" for k in range(1, MAX_CLIENTS + 1) for x in DEVIATIONS)
 _DEVIATE = re.compile(rf"^{DEVIATE}-([1-9]\d*)-({'|'.join(DEVIATIONS)})$")
+REMOTE_ARMS = ("dqn-remote", "dqn-joint")
+_REMOTE = re.compile(r"^(dqn-remote|dqn-joint)(?:-(\d{1,5}))?$")
+
+
+def remote_arm(arm: str) -> RemoteDecisions | None:
+    """The [daemon.remote] settings of a dqn-remote[-MS] or dqn-joint[-MS] arm, else None."""
+    m = _REMOTE.match(arm)
+    if not m:
+        return None
+    return RemoteDecisions(latency_ms=float(m.group(2) or 0), joint=m.group(1) == "dqn-joint")
 
 
 def deviation(arm: str) -> tuple[int, str] | None:
@@ -65,12 +81,13 @@ def check_arms(arms: Sequence[str]) -> list[str]:
     for a in (a.strip() for a in arms if a.strip()):
         if a == DEVIATE:
             out += DEVIATE_ARMS
-        elif a in ARMS or deviation(a):
+        elif a in ARMS or deviation(a) or remote_arm(a):
             out.append(a)
         else:
-            raise ValueError(f"unknown arm {a!r} (use {', '.join(ARMS)}, {DEVIATE}[-K-CCA])")
+            raise ValueError(f"unknown arm {a!r} (use {', '.join(ARMS)}, {DEVIATE}[-K-CCA], "
+                             f"dqn-remote[-MS], dqn-joint[-MS])")
     if not out:
-        raise ValueError(f"no arm given (use {', '.join(ARMS)}, {DEVIATE}[-K-CCA])")
+        raise ValueError(f"no arm given (use {', '.join(ARMS)}, {DEVIATE}[-K-CCA], dqn-remote[-MS], dqn-joint[-MS])")
     return out
 
 
@@ -95,6 +112,9 @@ def arm_scenario(sc: Scenario, arm: str, policy_file: Path | None = None,
     if arm.startswith("daemon-static-"):
         return replace(sc, daemon=replace(base, policy="static", cca=arm.removeprefix("daemon-static-"),
                                           policy_file=None))
+    if (remote := remote_arm(arm)) is not None:
+        pf = policy_file.resolve() if policy_file is not None else None
+        return replace(sc, daemon=replace(base, policy="dqn", cca=None, policy_file=pf, remote=remote))
     if arm == "dqn" and policy_file is not None:
         return replace(sc, daemon=replace(base, policy=arm, cca=None, policy_file=policy_file.resolve()))
     return replace(sc, daemon=replace(base, policy=arm, cca=None, policy_file=None))

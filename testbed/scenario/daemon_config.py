@@ -27,6 +27,9 @@ def daemon_config(settings: DaemonSettings, flows: Sequence[Flow]) -> dict[str, 
         policy["static_cca"] = own or settings.cca
     if settings.policy_file is not None:
         policy["file"] = str(settings.policy_file)
+    if (r := settings.remote) is not None and r.server:  # the runner has started the server
+        policy.update(remote=r.server, remote_key=str(r.key_file), remote_deadline_s=r.effective_deadline_ms / 1000,
+                      remote_l4s=r.l4s, remote_joint=r.joint)
     cfg: dict[str, Any] = {
         "daemon": {"tick_s": settings.tick_s, "inherit": settings.inherit, "watchdog": False},
         "policy": policy,

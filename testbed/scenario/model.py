@@ -238,6 +238,33 @@ class Switch:
 
 
 @dataclass(frozen=True)
+class RemoteDecisions:
+    """``[daemon.remote]``: the daemons' DQN forward pass runs on a policy server (issue 15).
+
+    The runner starts ``ccswitch policy serve`` in the server namespace (beyond the
+    bottleneck, as an edge server would be: the requests cross the router's queue) with a
+    fresh shared key, and points every daemon's ``policy.remote`` at it."""
+
+    latency_ms: float = 0.0
+    """The server holds every answer this long (``--added-latency-ms``: an emulated control path)."""
+    deadline_ms: float = 0.0
+    """How long a daemon waits for an answer before its local policy decides; 0 = latency_ms + 150."""
+    l4s: bool = False
+    """Requests and answers as L4S (DSCP 40 + ECT(1)) instead of classic."""
+    joint: bool = False
+    """One decision per path: every managed flow to the same remote address, on every client,
+    gets the mean of their Q-values (ccswitch/remote/joint.py), so they move together."""
+    server: str = ""
+    """Filled in by the runner: the server's HOST:PORT."""
+    key_file: Path | None = None
+    """Filled in by the runner: the run's shared key file."""
+
+    @property
+    def effective_deadline_ms(self) -> float:
+        return self.deadline_ms or self.latency_ms + 150.0
+
+
+@dataclass(frozen=True)
 class DaemonSettings:
     """ccswitchd in the client namespaces (scenario ``daemon = true`` or ``[daemon]``)."""
 
@@ -254,6 +281,8 @@ class DaemonSettings:
     """Overrides of the daemon config's ``[guard]`` table, as (key, value) pairs."""
     policy_file: Path | None = None
     """``policy = "dqn"`` with this policy file instead of the shipped models/policy.json."""
+    remote: RemoteDecisions | None = None
+    """``policy = "dqn"`` decided by a policy server in the server namespace (``[daemon.remote]``)."""
 
     def runs_on(self, client: int) -> bool:
         return not self.clients or client in self.clients

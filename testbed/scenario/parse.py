@@ -46,6 +46,7 @@ from .model import (
     Pfifo,
     PhyOverheads,
     Pie,
+    RemoteDecisions,
     Scenario,
     ScenarioError,
     Switch,
@@ -300,16 +301,34 @@ def _daemon(top: Table, clients: int, ccas: Sequence[str], err: Err,
             err(t.here("policy_file"), f'only used with policy = "dqn" (policy is {policy!r}); remove it')
         elif not policy_file.is_file():
             err(t.here("policy_file"), f"no such file: {policy_file} (a path relative to the scenario file)")
+    remote = None
+    if (rt := t.table("remote")) is not None:
+        if policy != "dqn":
+            err(t.here("remote"), f'only used with policy = "dqn" (policy is {policy!r}); remove it')
+        remote = _remote(rt)
     t.done()
     if not DAEMON_AVAILABLE:
         err("daemon", "the switching daemon is not available here; remove the [daemon] table")
     settings = DaemonSettings(policy=policy, tick_s=tick, inherit=inherit, cca=cca,
                               clients=tuple(sorted(int(c) for c in on)), guard=tuple(guard),
-                              policy_file=policy_file)
+                              policy_file=policy_file, remote=remote)
     for problem in check_settings(settings):  # "guard.margin: must be >= 0, got -1.0"
         key, _, msg = problem.partition(": ")
         err(f"daemon.{key}" if key.startswith("guard.") and msg else "daemon", msg if msg else problem)
     return settings
+
+
+def _remote(t: Table) -> RemoteDecisions:
+    """``[daemon.remote]``: the policy server the runner starts (model.RemoteDecisions)."""
+    latency = float(t.number("latency_ms", 0.0, lo=0.0, hi=10_000.0) or 0.0)
+    deadline = float(t.number("deadline_ms", 0.0, lo=0.0, hi=10_000.0) or 0.0)
+    if deadline and deadline <= latency:
+        t.err(t.here("deadline_ms"), f"must be above latency_ms ({latency:g}), or every decision falls back "
+                                     f"to the local policy; 0 = latency_ms + 150")
+    out = RemoteDecisions(latency_ms=latency, deadline_ms=deadline, l4s=t.boolean("l4s", False),
+                          joint=t.boolean("joint", False))
+    t.done()
+    return out
 
 
 def default_ccas() -> list[str]:

@@ -1,0 +1,93 @@
+"""One decision per path: the policy server's memory of every managed flow on a path (issue 11).
+
+Why.  ccswitchd runs on each client and decides for its own flows; the daemons
+on clients that share a bottleneck never talk.  The commonest coordination
+failure on the generated dev split is two daemons pulling apart: one flow moves
+to BBR while its neighbour stays on CUBIC (or the flow that is ahead gives way
+and the starved one keeps its CCA), and the unfairness just changes sides
+(docs/learning.md; the shipped policy's daemons agree on a CCA 77-92 % of the
+time).  A policy server that answers every daemon of a site already sees all
+their flows (docs/remote-control.md); with `policy.remote_joint = true` it
+decides once per path instead of once per flow.
+
+Rule.  A CCA_JOINT_REQ row carries the flow's features, its flow id and a path
+key (:func:`path_keys`: a hash of the remote address, so flows of different
+clients to the same server share it).  The server computes each row's Q-values
+with the DQN as for a plain request, remembers them per (client, flow) with the
+time, forgets entries older than ``horizon_s`` (flows that ended, clients that
+stopped asking), and answers each row with the **mean Q-vector of every flow
+remembered on its path**.  Every managed flow on the path then sees the same
+preference, so each daemon's guard (margin, dwell, desynchronisation jitter)
+moves its flows towards the same CCA, and no two daemons pull apart.  The mean
+of the per-flow Q-values is a vote weighted by how strongly each flow's state
+prefers each CCA; it is not the value of the joint action (the DQN was trained
+on single flows), which is why it is measured end to end, not argued.
+
+What it cannot do: see flows of hosts that do not run ccswitchd (unmanaged
+competitors, whose CCA no one chooses), or tell two paths to the same address
+apart.  Bounded: at most ``max_flows`` remembered (the oldest go first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+
+import numpy as np
+
+HORIZON_S = 2.5
+"""A flow's Q-values count for its path this long after its daemon last asked (its decision
+interval is 1 s; a daemon that missed two decisions is taken to be gone)."""
+MAX_FLOWS = 65536
+
+
+def path_keys(dst: np.ndarray | list[str]) -> np.ndarray:
+    """u64 path key of each remote address: the first 8 bytes of its BLAKE2b (the same on every client)."""
+    cache: dict[str, int] = {}
+    out = np.empty(len(dst), dtype=np.uint64)
+    for i, d in enumerate(dst):
+        k = cache.get(d)
+        if k is None:
+            k = cache[d] = int.from_bytes(hashlib.blake2b(str(d).encode(), digest_size=8).digest(), "little")
+        out[i] = k
+    return out
+
+
+class PathBoard:
+    """The latest Q-values of every flow on every path, and their mean per path."""
+
+    def __init__(self, horizon_s: float = HORIZON_S, max_flows: int = MAX_FLOWS) -> None:
+        self.horizon_s = horizon_s
+        self.max_flows = max_flows
+        self._flows: OrderedDict[tuple[int, int], tuple[int, np.ndarray, float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._flows)
+
+    def record(self, client: int, flows: np.ndarray, paths: np.ndarray, q: np.ndarray, now: float) -> None:
+        """Remember rows (flow, path, Q-vector) of *client* as seen at *now*."""
+        for f, p, row in zip(flows.tolist(), paths.tolist(), np.asarray(q, dtype=np.float64), strict=True):
+            key = (client, f)
+            self._flows.pop(key, None)
+            self._flows[key] = (p, row, now)
+        while len(self._flows) > self.max_flows:
+            self._flows.popitem(last=False)
+
+    def expire(self, now: float) -> None:
+        """Forget flows not asked about within the horizon (the dict is in order of last update)."""
+        while self._flows:
+            key, (_, _, t) = next(iter(self._flows.items()))
+            if now - t <= self.horizon_s:
+                return
+            del self._flows[key]
+
+    def means(self, paths: np.ndarray) -> np.ndarray:
+        """The mean Q-vector over the remembered flows of each path in *paths* [N] -> [N, A]."""
+        want = set(paths.tolist())
+        sums: dict[int, np.ndarray] = {}
+        counts: dict[int, int] = {}
+        for p, row, _ in self._flows.values():
+            if p in want:
+                sums[p] = sums[p] + row if p in sums else row.copy()
+                counts[p] = counts.get(p, 0) + 1
+        return np.stack([sums[p] / counts[p] for p in paths.tolist()]) if len(paths) else np.zeros((0, 0))
