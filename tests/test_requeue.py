@@ -67,3 +67,19 @@ def test_cli_names_the_known_queues() -> None:
                         "--queue", "nope", "--out", "/nonexistent/x"], capture_output=True, text=True)
     assert r.returncode == 1
     assert r.stderr.count("\n") == 1 and "fq_codel" in r.stderr and "nope" in r.stderr
+
+
+def test_vdq_on_trace_links_gets_the_trace_mean_as_capacity(tmp_path: Path) -> None:
+    """vdq_csaqm needs a capacity C: a trace-driven uplink gets the trace's mean rate, a constant one none."""
+    from ccswitch.testbed.scenario import VdqCsaqm
+
+    traced = next(f for f in sorted(DEV.glob("*.toml")) if load_scenario(f).link.uplink.trace is not None)
+    constant = next(f for f in sorted(DEV.glob("*.toml")) if load_scenario(f).link.uplink.rate_mbit is not None)
+    out = requeue(DEV, '{ kind = "vdq_csaqm", default_policy = "gold" }', tmp_path / "out")
+    by_name = {f.name: load_scenario(f).link.uplink.qdisc for f in out}
+    up = load_scenario(traced).link.uplink
+    ms = [int(x) for x in Path(up.trace).read_text().split()]  # type: ignore[arg-type]
+    want = len(ms) * (up.trace_bytes_per_opportunity or 1500) * 8 / (ms[-1] / 1000) / 1e6
+    q = by_name[traced.name]
+    assert isinstance(q, VdqCsaqm) and q.rate_mbit == pytest.approx(want, abs=0.05)
+    assert isinstance(by_name[constant.name], VdqCsaqm) and by_name[constant.name].rate_mbit is None

@@ -13,6 +13,9 @@ the generated dev split).  The scenario's own queue (pfifo of 0.25-4 BDP, CoDel,
 is part of the condition that is replaced: the copy asks what a user who changes the
 router gets, not what the same path would do.
 
+A vdq_csaqm queue on a trace-driven uplink gets ``rate_mbit`` = the trace's mean rate
+(its virtual queues need a capacity; what an operator would provision).
+
 The replacement is textual (TOML has no round-trip writer in the standard library and
 the files' comments are documentation), so each result is read back through the
 scenario parser before anything is written; a folder whose files do not parse is refused
@@ -57,6 +60,30 @@ def with_uplink_qdisc(text: str, qdisc: str, where: str = "scenario") -> str:
     return "\n".join([note, *lines])
 
 
+VDQ_KIND = re.compile(r'kind\s*=\s*"vdq_csaqm"')
+
+
+def _with_capacity(qdisc: str, f: Path, folder: Path) -> str:
+    """*qdisc*, for vdq_csaqm on a trace-driven uplink with no rate, with ``rate_mbit`` = the trace's mean.
+
+    VDQ-CSAQM's virtual queues drain at the capacity C the operator configures; on a link
+    whose capacity follows a trace there is no one right C, and the trace's mean rate is what
+    an operator would provision (the queue then marks late while the trace is below its mean
+    and early above it: part of what the comparison measures).  Other queues need no rate."""
+    if not VDQ_KIND.search(qdisc) or "rate_mbit" in qdisc:
+        return qdisc
+    try:
+        up = parse_scenario(f.read_text(), f.name, base_dir=folder.resolve(), source=f).link.uplink
+    except ScenarioError:
+        return qdisc  # the caller reports the file's own error
+    if up.rate_mbit is not None or up.trace is None:
+        return qdisc
+    ms = [int(x) for x in Path(up.trace).read_text().split()]
+    per_opp = up.trace_bytes_per_opportunity or 1500
+    mean_mbit = len(ms) * per_opp * 8 / (max(ms[-1], 1) / 1000) / 1e6 if ms else 0.0
+    return qdisc.rstrip()[:-1].rstrip() + f", rate_mbit = {max(mean_mbit, 0.1):.1f} }}"
+
+
 def requeue(folder: Path, qdisc: str, out: Path) -> list[Path]:
     """Copy the scenario files of *folder* into *out* with the uplink qdisc *qdisc*; returns the files.
 
@@ -69,7 +96,7 @@ def requeue(folder: Path, qdisc: str, out: Path) -> list[Path]:
         raise ScenarioError(f"--out {out} is the source folder; give a new folder")
     texts: dict[str, str] = {}
     for f in files:
-        text = with_uplink_qdisc(f.read_text(), qdisc, f.name)
+        text = with_uplink_qdisc(f.read_text(), _with_capacity(qdisc, f, folder), f.name)
         try:
             parse_scenario(text, f"{f.name} with uplink qdisc {qdisc}", base_dir=folder.resolve(), source=f)
         except ScenarioError as e:
