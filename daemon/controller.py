@@ -293,7 +293,7 @@ class Controller:
         aged = now - self._first[slots] >= min_age
         managed_rows = rows[aged]
         self.stats.managed = len(managed_rows)
-        scores = self.decider.scores(agg, fair.group, now)
+        scores = self.decider.scores(agg, fair.group, now, mask)
         self._last_ids = ids
         self._last_q = scores.values
         self._last_obs = scores.features

@@ -59,7 +59,8 @@ class Decider:
     interval_s = 1.0  # default decision interval
     explores = False  # unscored CCAs (NaN) are measured by trying them (explore.py)
 
-    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float) -> Scores:
+    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float,
+               managed: np.ndarray | None = None) -> Scores:
         raise NotImplementedError
 
     def describe(self) -> dict[str, Any]:
@@ -83,7 +84,8 @@ class DqnDecider(Decider):
         self.builder = LiveObservations(self.policy.normalisation, window=self.policy.window,
                                         actions=self.policy.actions)
 
-    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float) -> Scores:
+    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float,
+               managed: np.ndarray | None = None) -> Scores:
         table = as_frame(table)
         cols = {c: table.column(c) for c in (*BASE_COLUMNS, "flow_id", "sndq_bytes")}
         cols["netns_cookie"] = group
@@ -93,6 +95,8 @@ class DqnDecider(Decider):
 
             inv, keys = table.codes("dst")
             paths = path_keys(keys)[inv] if len(keys) else np.zeros(len(ids), np.uint64)
+            if managed is not None:  # flows the daemon does not manage (iperf3's control connection,
+                paths = np.where(managed, paths, np.uint64(0))  # ...) get their own Q-values: NO_PATH
             q = self.policy.q_values(obs, np.asarray(ids, dtype=np.uint64), paths)
         else:
             q = self.policy.q_values(obs)
@@ -136,7 +140,8 @@ class HeuristicDecider(Decider):
         if len(self._index) > 2 * max(len(alive), 32):  # drop the memories of closed flows
             self._index.retain(np.fromiter(alive, np.uint64, len(alive)))
 
-    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float) -> Scores:
+    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float,
+               managed: np.ndarray | None = None) -> Scores:
         table = as_frame(table)
         n, a = table.num_rows, len(self.actions)
         ids = table.column("flow_id")
@@ -199,7 +204,8 @@ class StaticDecider(Decider):
         self.cca = cca
         self.actions = tuple(dict.fromkeys([*actions, cca]))
 
-    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float) -> Scores:
+    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float,
+               managed: np.ndarray | None = None) -> Scores:
         table = as_frame(table)
         v = np.zeros((table.num_rows, len(self.actions)))
         v[:, self.actions.index(self.cca)] = 1.0
@@ -217,8 +223,9 @@ class ObserveDecider(Decider):
         self.actions = inner.actions
         self.interval_s = inner.interval_s
 
-    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float) -> Scores:
-        return self.inner.scores(table, group, now)
+    def scores(self, table: FlowFrame | pa.Table, group: np.ndarray, now: float,
+               managed: np.ndarray | None = None) -> Scores:
+        return self.inner.scores(table, group, now, managed)
 
     def reset(self) -> None:
         self.inner.reset()

@@ -12,7 +12,7 @@ from test_remote_protocol import CCA, KEY, new_server, running
 
 from ccswitch.remote import protocol as p
 from ccswitch.remote.client import PolicyClient
-from ccswitch.remote.joint import PathBoard, path_keys
+from ccswitch.remote.joint import NO_PATH, PathBoard, path_keys
 from ccswitch.remote.remote_policy import RemotePolicy
 
 
@@ -28,18 +28,23 @@ def test_board_means_per_path_and_forgets_old_flows() -> None:
     b.record(7, np.array([10], np.uint64), np.array([a]), np.array([[1.0, 0.0, 0.0]]), now=0.0)
     b.record(8, np.array([10], np.uint64), np.array([a]), np.array([[0.0, 3.0, 0.0]]), now=0.5)  # other client
     b.record(8, np.array([11], np.uint64), np.array([other]), np.array([[0.0, 0.0, 9.0]]), now=0.5)
-    assert np.allclose(b.means(np.array([a, other])), [[0.5, 1.5, 0.0], [0.0, 0.0, 9.0]])
+    own = np.zeros((2, 3))
+    assert np.allclose(b.means(np.array([a, other]), own), [[0.5, 1.5, 0.0], [0.0, 0.0, 9.0]])
     b.record(7, np.array([10], np.uint64), np.array([a]), np.array([[4.0, 0.0, 0.0]]), now=1.0)  # replaces
-    assert len(b) == 3 and np.allclose(b.means(np.array([a])), [[2.0, 1.5, 0.0]])
+    assert len(b) == 3 and np.allclose(b.means(np.array([a]), own[:1]), [[2.0, 1.5, 0.0]])
     b.expire(now=2.8)  # client 8's flows last seen at 0.5: gone
-    assert len(b) == 1 and np.allclose(b.means(np.array([a])), [[4.0, 0.0, 0.0]])
+    assert len(b) == 1 and np.allclose(b.means(np.array([a]), own[:1]), [[4.0, 0.0, 0.0]])
+    # a row on no path (an unmanaged flow) keeps its own Q-values and is never remembered
+    b.record(7, np.array([12], np.uint64), np.array([NO_PATH], np.uint64), np.array([[0.0, 0.0, 7.0]]), now=2.8)
+    mixed = b.means(np.array([NO_PATH, a], np.uint64), np.array([[0.0, 0.0, 7.0], [1.0, 1.0, 1.0]]))
+    assert len(b) == 1 and np.allclose(mixed, [[0.0, 0.0, 7.0], [4.0, 0.0, 0.0]])
 
 
 def test_board_is_bounded() -> None:
     b = PathBoard(max_flows=3)
     for f in range(5):
-        b.record(1, np.array([f], np.uint64), np.array([0], np.uint64), np.array([[float(f)]]), now=0.0)
-    assert len(b) == 3 and np.allclose(b.means(np.array([0], np.uint64)), [[3.0]])  # flows 2, 3, 4
+        b.record(1, np.array([f], np.uint64), np.array([5], np.uint64), np.array([[float(f)]]), now=0.0)
+    assert len(b) == 3 and np.allclose(b.means(np.array([5], np.uint64), np.zeros((1, 1))), [[3.0]])  # 2, 3, 4
 
 
 def test_joint_request_roundtrip_and_checks() -> None:

@@ -39,16 +39,20 @@ HORIZON_S = 2.5
 """A flow's Q-values count for its path this long after its daemon last asked (its decision
 interval is 1 s; a daemon that missed two decisions is taken to be gone)."""
 MAX_FLOWS = 65536
+NO_PATH = 0
+"""Path key of a row that is on no shared path (a flow the daemon does not manage): answered with
+its own Q-values, never remembered, so idle control connections do not dilute a path's vote."""
 
 
 def path_keys(dst: np.ndarray | list[str]) -> np.ndarray:
-    """u64 path key of each remote address: the first 8 bytes of its BLAKE2b (the same on every client)."""
+    """u64 path key of each remote address: the first 8 bytes of its BLAKE2b (the same on every client;
+    never NO_PATH)."""
     cache: dict[str, int] = {}
     out = np.empty(len(dst), dtype=np.uint64)
     for i, d in enumerate(dst):
         k = cache.get(d)
         if k is None:
-            k = cache[d] = int.from_bytes(hashlib.blake2b(str(d).encode(), digest_size=8).digest(), "little")
+            k = cache[d] = int.from_bytes(hashlib.blake2b(str(d).encode(), digest_size=8).digest(), "little") or 1
         out[i] = k
     return out
 
@@ -65,8 +69,10 @@ class PathBoard:
         return len(self._flows)
 
     def record(self, client: int, flows: np.ndarray, paths: np.ndarray, q: np.ndarray, now: float) -> None:
-        """Remember rows (flow, path, Q-vector) of *client* as seen at *now*."""
+        """Remember rows (flow, path, Q-vector) of *client* as seen at *now* (rows on NO_PATH are not)."""
         for f, p, row in zip(flows.tolist(), paths.tolist(), np.asarray(q, dtype=np.float64), strict=True):
+            if p == NO_PATH:
+                continue
             key = (client, f)
             self._flows.pop(key, None)
             self._flows[key] = (p, row, now)
@@ -81,8 +87,9 @@ class PathBoard:
                 return
             del self._flows[key]
 
-    def means(self, paths: np.ndarray) -> np.ndarray:
-        """The mean Q-vector over the remembered flows of each path in *paths* [N] -> [N, A]."""
+    def means(self, paths: np.ndarray, own: np.ndarray) -> np.ndarray:
+        """The mean Q-vector over the remembered flows of each path in *paths* [N] -> [N, A]; rows on
+        NO_PATH (or a path with nothing remembered) keep their *own* Q-values."""
         want = set(paths.tolist())
         sums: dict[int, np.ndarray] = {}
         counts: dict[int, int] = {}
@@ -90,4 +97,8 @@ class PathBoard:
             if p in want:
                 sums[p] = sums[p] + row if p in sums else row.copy()
                 counts[p] = counts.get(p, 0) + 1
-        return np.stack([sums[p] / counts[p] for p in paths.tolist()]) if len(paths) else np.zeros((0, 0))
+        out = np.array(own, dtype=np.float64, copy=True)
+        for i, p in enumerate(paths.tolist()):
+            if p in sums:
+                out[i] = sums[p] / counts[p]
+        return out

@@ -39,7 +39,7 @@ import numpy as np
 
 from ccswitch.remote import protocol as p
 from ccswitch.remote.agents import CcaPolicy, CwndAgent
-from ccswitch.remote.joint import PathBoard
+from ccswitch.remote.joint import NO_PATH, PathBoard
 
 log = logging.getLogger("ccswitch.remote.server")
 
@@ -214,9 +214,9 @@ class PolicyServer(asyncio.DatagramProtocol):
                 r = reqs[i]
                 assert r.flows is not None and r.paths is not None
                 self.board.record(r.header.client_id, r.flows, r.paths, q[starts[i]:starts[i + 1]], now)
-                self.stats.joint_flows += len(r.flows)
+                self.stats.joint_flows += int((r.paths != NO_PATH).sum())
             for i in joint:
-                q[starts[i]:starts[i + 1]] = self.board.means(reqs[i].paths)  # type: ignore[arg-type]
+                q[starts[i]:starts[i + 1]] = self.board.means(reqs[i].paths, q[starts[i]:starts[i + 1]])  # type: ignore[arg-type]
         for i, r in enumerate(reqs):
             assert r.flows is not None
             self.send(r, p.Kind.CCA_RESP, p.encode_cca_resp(self.cca.actions, r.flows, q[starts[i]:starts[i + 1]]),
