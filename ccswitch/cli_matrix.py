@@ -13,7 +13,9 @@ from pathlib import Path
 import click
 
 ARMS_HELP = ("comma-separated, of static, dqn, heuristic, daemon-static-cubic, daemon-static-bbr, daemon-static-pcc, "
-             "daemon-deviate (one managed client at a time on bbr or pcc, the others on cubic: training data)")
+             "daemon-deviate (one managed client at a time on bbr or pcc, the others on cubic: training data), "
+             "dqn-remote[-MS] (the DQN on a policy server in the server namespace, answers held MS ms), "
+             "dqn-joint[-MS] (the same, one decision per path)")
 
 
 def _fail(exc: BaseException) -> None:

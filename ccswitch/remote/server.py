@@ -215,8 +215,9 @@ class PolicyServer(asyncio.DatagramProtocol):
                 assert r.flows is not None and r.paths is not None
                 self.board.record(r.header.client_id, r.flows, r.paths, q[starts[i]:starts[i + 1]], now)
                 self.stats.joint_flows += int((r.paths != NO_PATH).sum())
-            for i in joint:
-                q[starts[i]:starts[i + 1]] = self.board.means(reqs[i].paths, q[starts[i]:starts[i + 1]])  # type: ignore[arg-type]
+            rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in joint])
+            paths = np.concatenate([reqs[i].paths for i in joint])  # type: ignore[misc]
+            q[rows] = self.board.means(paths, q[rows])  # one pass over the board for the whole batch
         for i, r in enumerate(reqs):
             assert r.flows is not None
             self.send(r, p.Kind.CCA_RESP, p.encode_cca_resp(self.cca.actions, r.flows, q[starts[i]:starts[i + 1]]),
