@@ -22,7 +22,10 @@ decision computed in-process (DelayAimd.decide, Policy.q_values on one row).
 network namespace across an unshaped veth pair (the testbed's link, no
 emulator).  Both with the default 2 ms batch window and with 0 ms.
 
-    sudo .venv/bin/python bench/remote_policy.py [--seconds 3] [--latency-n 300]
+joint rows (CCA_JOINT_REQ, one decision per path) are measured beside plain CCA rows in the
+server-cost table: the path board's bookkeeping per row, side by side in one run.
+
+    sudo .venv/bin/python bench/remote_policy.py [--seconds 3] [--latency-n 300] [--cost-only]
 """
 
 from __future__ import annotations
@@ -196,7 +199,13 @@ def server_cost(cca: CcaPolicy, n_req: int = 20000) -> None:
     bodies = {("cwnd", 1): (p.Kind.CWND_REQ, p.encode_cwnd_obs(one_obs())),
               ("cca", 1): (p.Kind.CCA_REQ, p.encode_cca_req(cca.policy_id, np.ones(1, np.uint64), x)),
               ("cwnd", 100): (p.Kind.CWND_REQ, p.encode_cwnd_obs(obs100)),
-              ("cca", 100): (p.Kind.CCA_REQ, p.encode_cca_req(cca.policy_id, np.arange(100, dtype=np.uint64), x100))}
+              ("cca", 100): (p.Kind.CCA_REQ, p.encode_cca_req(cca.policy_id, np.arange(100, dtype=np.uint64), x100)),
+              # one decision per path (policy.remote_joint): every client's flows on one path, the board
+              # holding up to batch x flows rows (a client id per request of the batch)
+              ("joint", 1): (p.Kind.CCA_JOINT_REQ, p.encode_cca_req(cca.policy_id, np.ones(1, np.uint64), x,
+                                                                    np.full(1, 7, np.uint64))),
+              ("joint", 100): (p.Kind.CCA_JOINT_REQ, p.encode_cca_req(cca.policy_id, np.arange(100, dtype=np.uint64),
+                                                                      x100, np.full(100, 7, np.uint64)))}
     print("\nserver CPU per decision, in-process (pre-sealed requests, no sockets, no generator)")
     print(f"{'flows/request':>13} {'requests/batch':>14} {'kind':>5} {'us/decision':>12} {'decisions per CPU-s':>20}")
     for (kind, flows), (k, body) in bodies.items():
@@ -276,6 +285,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=3.0, help="measurement per throughput point")
     ap.add_argument("--latency-n", type=int, default=300, help="calls per latency point")
     ap.add_argument("--skip-latency", action="store_true", help="throughput only (no root needed)")
+    ap.add_argument("--cost-only", action="store_true",
+                    help="only the in-process server cost per decision (plain, batched and joint requests)")
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(soft, 4096), hard), hard))
@@ -284,8 +295,11 @@ def main() -> int:
         key_file = Path(tmp) / "key"
         p.write_key(key_file)
         print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n")
-        throughput(key_file, args.seconds, cca)
+        if not args.cost_only:
+            throughput(key_file, args.seconds, cca)
         server_cost(cca)
+        if args.cost_only:
+            return 0
         if not args.skip_latency:
             latency(key_file, args.latency_n, cca)
     return 0
