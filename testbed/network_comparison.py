@@ -51,10 +51,10 @@ QUEUES: dict[str, str] = {
     "fq_codel": '{ kind = "fq_codel" }',  # Linux defaults: 1024 flows, quantum 1514, 5 ms / 100 ms
     "fq-100": '{ kind = "fq", flow_limit_pkts = 100 }',  # paper 001's static per-flow limit baseline
     "dualpi2": '{ kind = "dualpi2" }',  # RFC 9332 defaults; classic flows only, so its C queue's PI2
-    # paper 000's agent setting DualPI2's p' (the step actor these results were measured with, 25 Nov; the
-    # shipped residual actor models/dualpi2_a3c.json is not in this comparison yet; absolute: scenario copies
-    # live elsewhere)
+    # paper 000's agent setting DualPI2's p' (the step actor, 25 Nov; absolute: scenario copies live elsewhere)
     "dualpi2-a3c": f'{{ kind = "dualpi2", agent = "{REPO / "models" / "dualpi2_a3c_step.json"}" }}',
+    # the shipped residual actor (26 Nov): p' = the PI's value x the actor's factor
+    "dualpi2-a3c-res": f'{{ kind = "dualpi2", agent = "{REPO / "models" / "dualpi2_a3c.json"}" }}',
     # paper 001's LFQ: fq with per-flow limits set every 10 ms by the trained agent (docs/network/lfq.md)
     "lfq": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor.json"}" }}',
     # paper 004: every flow the same (Gold) policy, so per-flow packet values decide the shares
