@@ -23,7 +23,7 @@ def test_path_keys_are_stable_and_distinct() -> None:
 
 
 def test_board_means_per_path_and_forgets_old_flows() -> None:
-    b = PathBoard(horizon_s=2.0)
+    b = PathBoard(horizon_s=2.0, epoch_s=0)  # a fresh mean on every request
     a, other = np.uint64(1), np.uint64(2)
     b.record(7, np.array([10], np.uint64), np.array([a]), np.array([[1.0, 0.0, 0.0]]), now=0.0)
     b.record(8, np.array([10], np.uint64), np.array([a]), np.array([[0.0, 3.0, 0.0]]), now=0.5)  # other client
@@ -41,10 +41,24 @@ def test_board_means_per_path_and_forgets_old_flows() -> None:
 
 
 def test_board_is_bounded() -> None:
-    b = PathBoard(max_flows=3)
+    b = PathBoard(max_flows=3, epoch_s=0)
     for f in range(5):
         b.record(1, np.array([f], np.uint64), np.array([5], np.uint64), np.array([[float(f)]]), now=0.0)
     assert len(b) == 3 and np.allclose(b.means(np.array([5], np.uint64), np.zeros((1, 1))), [[3.0]])  # 2, 3, 4
+
+
+def test_path_mean_is_frozen_for_an_epoch() -> None:
+    """Every request within an epoch gets the mean computed at its start; the next epoch sees everyone."""
+    b = PathBoard(horizon_s=20.0, epoch_s=8.0)
+    a = np.array([3], np.uint64)
+    b.record(1, np.array([1], np.uint64), a, np.array([[1.0, 0.0]]), now=0.0)
+    assert np.allclose(b.means(a, np.zeros((1, 2)), now=0.0), [[1.0, 0.0]])
+    b.record(2, np.array([1], np.uint64), a, np.array([[0.0, 3.0]]), now=1.0)  # joins mid-epoch
+    assert np.allclose(b.means(a, np.zeros((1, 2)), now=1.0), [[1.0, 0.0]])  # the same vector as client 1's
+    b.record(1, np.array([1], np.uint64), a, np.array([[5.0, 0.0]]), now=7.9)  # its own state moved
+    assert np.allclose(b.means(a, np.zeros((1, 2)), now=7.9), [[1.0, 0.0]])
+    b.expire(now=8.1)
+    assert np.allclose(b.means(a, np.zeros((1, 2)), now=8.1), [[2.5, 1.5]])  # the new epoch: both flows
 
 
 def test_joint_request_roundtrip_and_checks() -> None:
@@ -68,6 +82,7 @@ def test_two_daemons_on_one_path_get_the_same_preference() -> None:
     q1, q2 = CCA.q_values(x1.astype(np.float32)), CCA.q_values(x2.astype(np.float32))
     path = path_keys(["10.99.0.1"])
     server = new_server()
+    server.board.epoch_s = 0  # the mean of the moment (the epoch is tested on the board above)
     with running(server) as addr, PolicyClient(addr, KEY, deadline_s=1.0) as c1, \
             PolicyClient(addr, KEY, deadline_s=1.0) as c2:
         r1, r2 = RemotePolicy(CCA.policy, c1, joint=True), RemotePolicy(CCA.policy, c2, joint=True)

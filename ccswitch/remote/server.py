@@ -13,9 +13,9 @@ deadline (its deadline_ms, counted from arrival; `default_deadline_s` when
 already, and a late answer would only be refused as stale.
 
 CCA_JOINT_REQ rows (ccswitchd's `policy.remote_joint`) are answered with the mean
-Q-values of every flow the server has seen on the same path (joint.py: one
-decision per path); the whole batch is recorded before any mean is taken, so
-daemons asking at the same moment see each other.
+Q-values of every flow the server has seen on the same path, frozen for an
+epoch (joint.py: one decision per path); the whole batch is recorded before any
+mean is taken, so daemons asking at the same moment see each other.
 
 `added_latency_s` (`--added-latency-ms`) holds every answer that long before
 sending it: an emulated control path for experiments (paper 003's second
@@ -217,7 +217,7 @@ class PolicyServer(asyncio.DatagramProtocol):
                 self.stats.joint_flows += int((r.paths != NO_PATH).sum())
             rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in joint])
             paths = np.concatenate([reqs[i].paths for i in joint])  # type: ignore[misc]
-            q[rows] = self.board.means(paths, q[rows])  # one pass over the board for the whole batch
+            q[rows] = self.board.means(paths, q[rows], now)  # one pass over the board for the whole batch
         for i, r in enumerate(reqs):
             assert r.flows is not None
             self.send(r, p.Kind.CCA_RESP, p.encode_cca_resp(self.cca.actions, r.flows, q[starts[i]:starts[i + 1]]),
