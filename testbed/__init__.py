@@ -10,7 +10,9 @@
                ``daemons`` (ccswitchd per client), ``runner`` (one scenario,
                one folder per seed), ``matrix`` (many scenarios x arms x seeds,
                resumable, locally or on a Ray cluster via ``cluster``), the
-               router-side agents beside linkemu (``dualpi2_agent``, ``lfq_agent``)
+               router-side agents beside linkemu (``dualpi2_agent``, ``lfq_agent``),
+               the policy server of ``[daemon.remote]`` in the server namespace
+               (``policy_server``)
 ``reports/``   reading run folders back: ``run`` (one run: tables, plots, the
                last-half target metrics), ``experiments`` (the nine hand-written
                fairness scenarios), ``matrix`` (a whole matrix: one Markdown
