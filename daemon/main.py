@@ -46,7 +46,7 @@ from typing import Any  # noqa: E402
 from ccswitch.daemon import config as config_mod  # noqa: E402
 from ccswitch.daemon.config import ConfigError, load_config  # noqa: E402
 from ccswitch.daemon.logs import setup as setup_logs  # noqa: E402
-from ccswitch.daemon.policies import build_decider, close_decider  # noqa: E402
+from ccswitch.daemon.policies import build_decider, close_decider, remote_counters  # noqa: E402
 from ccswitch.daemon.recorder import Recorder, RecordError  # noqa: E402
 from ccswitch.daemon.sdnotify import Notifier  # noqa: E402
 
@@ -213,12 +213,13 @@ class Daemon:
                 except Exception:
                     log.exception("stop actions failed")
                 ctl.save_state()
+                remote = remote_counters(self.decider)
                 close_decider(self.decider)
                 server.close()
                 if metrics is not None:
                     metrics.close()
                 log.info("stopped", extra={"fields": {**ctl.stats.as_dict(), "record_rows": rec.rows,
-                                                      "decisions_written": rec.decisions}})
+                                                      "decisions_written": rec.decisions, **remote}})
         signal.set_wakeup_fd(-1)
 
     def _loop(self, ctl: Any, server: Any, wake: socket.socket) -> None:

@@ -272,6 +272,20 @@ def build_decider(policy_cfg: dict[str, Any], *, kind: str | None = None) -> tup
     return (ObserveDecider(dqn) if kind == "observe" else dqn), None
 
 
+def remote_counters(decider: Decider) -> dict[str, Any]:
+    """policy.remote's counters (rows answered remotely and locally, fallbacks by reason, answer time
+    p50/p99 in ms) as flat log fields; {} for a decider without a policy server."""
+    inner = getattr(decider, "inner", decider)
+    policy = getattr(inner, "policy", None)
+    if getattr(policy, "client", None) is None:
+        return {}
+    d = policy.describe()  # type: ignore[union-attr]
+    return {"remote_rows": d["remote_rows"], "remote_local_rows": d["local_rows"],
+            "remote_fallbacks": sum(d["fallbacks"].values()),
+            **{f"remote_fallbacks_{k}": v for k, v in sorted(d["fallbacks"].items())},
+            "remote_answer_ms_p50": d["answer_ms_p50"], "remote_answer_ms_p99": d["answer_ms_p99"]}
+
+
 def close_decider(decider: Decider) -> None:
     """Release what a decider holds outside the process (policy.remote's UDP socket); others hold nothing."""
     inner = getattr(decider, "inner", decider)

@@ -26,7 +26,7 @@ import logging
 import select
 import socket
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 
 import numpy as np
@@ -56,6 +56,7 @@ class PolicyClient:
         self._failing = 0
         self._warned_at: float | None = None
         self.last_rtt_s: float | None = None
+        self.rtts_s: deque[float] = deque(maxlen=4096)  # request to answer, the last 4096 answers
         family = socket.AF_INET6 if ":" in server[0] else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_DGRAM)
         if tos:
@@ -159,6 +160,7 @@ class PolicyClient:
                 self._note_fallback("garbage", f"a {h.kind.name} answered a {kind.name}")
                 return None
             self.last_rtt_s = time.monotonic() - t0
+            self.rtts_s.append(self.last_rtt_s)
             return m
 
     def _drain(self) -> None:

@@ -77,7 +77,10 @@ class RemotePolicy:
         return out[0] if single else out
 
     def describe(self) -> dict[str, Any]:
-        """Counters for `ccswitch status`."""
+        """Counters for `ccswitch status` (and the daemon's "stopped" log line)."""
+        rtts = np.asarray(self.client.rtts_s, dtype=np.float64) * 1000
         return {"server": f"{self.client.server[0]}:{self.client.server[1]}", "joint": self.joint,
                 "remote_rows": self.remote_rows,
-                "local_rows": self.local_rows, "fallbacks": dict(self.client.fallbacks)}
+                "local_rows": self.local_rows, "fallbacks": dict(self.client.fallbacks),
+                "answer_ms_p50": round(float(np.percentile(rtts, 50)), 2) if len(rtts) else None,
+                "answer_ms_p99": round(float(np.percentile(rtts, 99)), 2) if len(rtts) else None}
