@@ -245,11 +245,15 @@ def test_scenario_runs_the_agent_through_the_runner(tmp_path: Path, iperf3: str)
     _rate_actor(tmp_path / "rate.json")
     p = tmp_path / "s.toml"
     p.write_text(SCENARIO.format(agent='agent = "rate.json"'))
-    summary = run_once(load_scenario(p), tmp_path / "run", progress=False)
+    # a run folder deeper than a UNIX socket path may be (107 bytes): linkemu's control socket lives
+    # in a short private directory, so the agent still connects (it failed with names this long)
+    run_dir = tmp_path / ("a-long-folder-name-" * 6) / "run"
+    assert len(str(run_dir / "emulator" / "linkemu.sock")) > 107
+    summary = run_once(load_scenario(p), run_dir, progress=False)
     rec = summary["meta"]["router_agents"]["uplink"]
     assert rec["kind"] == "lfq" and rec["error"] is None, rec
     assert rec["steps"] >= 0.7 * 4 / 0.01, rec  # ran the whole run (slack: start-up, a loaded machine)
-    rows = (tmp_path / "run" / "emulator" / "agent-uplink.csv").read_text().splitlines()
+    rows = (run_dir / "emulator" / "agent-uplink.csv").read_text().splitlines()
     assert rows[0] == "t_s,queue,backlog_pkts,limit_was,limit_set" and len(rows) > rec["steps"] / 2
     # The rate actor gives the 20 Mbit/s flow >= 150 packets (test above): linkemu applied it.
     assert max(int(r.split(",")[4]) for r in rows[1:]) >= 150

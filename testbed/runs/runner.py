@@ -48,6 +48,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -490,12 +491,14 @@ class Progress:
 # ---------------------------------------------------------------- emulator ---
 
 
-def _emulator(sc: Scenario, topo: Topology, run_dir: Path, seed: int) -> contextlib.AbstractContextManager[Any]:
+def _emulator(sc: Scenario, topo: Topology, run_dir: Path, seed: int,
+              control_socket: Path | None = None) -> contextlib.AbstractContextManager[Any]:
     """The link between the router's ports: linkemu or the kernel fallback."""
     emu_dir = run_dir / "emulator"
     emu_dir.mkdir(parents=True, exist_ok=True)
     config = sc.emulator_config(topo.client_ifs, topo.server_if, seed, emu_dir,
-                                interval_ms=max(1, round(sc.sample_interval_s * 1000)))
+                                interval_ms=max(1, round(sc.sample_interval_s * 1000)),
+                                control_socket=control_socket)
     if sc.link.emulator == "kernel":
         config["emulator"] = "kernel (bridge + htb + pfifo on the uplink; downlink unshaped)"
         (emu_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -646,8 +649,13 @@ def _netns_side(sc: Scenario, flows: Sequence[Flow], run_dir: Path, seed: int, m
                         "client_addrs": topo.client_addrs, "server_addr": topo.server_addr}
     emu: dict[str, Any] = {}  # read by the callback after the emulator has stopped (LIFO order)
     stack.callback(lambda: meta.__setitem__("emulator_summary", _emulator_summary(run_dir, emu.get("e"))))
-    emu["e"] = stack.enter_context(_emulator(sc, topo, run_dir, seed))
-    _router_agents(sc, run_dir, meta, stack)
+    control = None
+    if sc.router_agents():  # linkemu's control socket in a short private directory (107-byte limit), removed last
+        sock_dir = tempfile.mkdtemp(prefix="ccse-")
+        stack.callback(shutil.rmtree, sock_dir, True)
+        control = Path(sock_dir) / CONTROL_SOCKET
+    emu["e"] = stack.enter_context(_emulator(sc, topo, run_dir, seed, control))
+    _router_agents(sc, run_dir, meta, stack, control)
     _prague_defaults(flows, topo, stack)
     servers = {f.name: stack.enter_context(start_server(topo.server, f.port, bind=topo.server_addr,
                                                         extra_args=["-J"])) for f in flows}
@@ -659,7 +667,8 @@ def _netns_side(sc: Scenario, flows: Sequence[Flow], run_dir: Path, seed: int, m
     return topo.server_addr, client_ns, servers
 
 
-def _router_agents(sc: Scenario, run_dir: Path, meta: dict[str, Any], stack: contextlib.ExitStack) -> None:
+def _router_agents(sc: Scenario, run_dir: Path, meta: dict[str, Any], stack: contextlib.ExitStack,
+                   control: Path | None = None) -> None:
     """Start the agent of every direction whose queue names one (``agent``); stopped before linkemu.
 
     dualpi2: paper 000's A3C agent (testbed/runs/dualpi2_agent.py); lfq: paper 001's LFQ agent
@@ -674,7 +683,7 @@ def _router_agents(sc: Scenario, run_dir: Path, meta: dict[str, Any], stack: con
     for direction, q in agents.items():
         assert q.agent is not None
         log_csv = run_dir / "emulator" / f"agent-{direction}.csv"
-        sock = run_dir / "emulator" / CONTROL_SOCKET
+        sock = control or run_dir / "emulator" / CONTROL_SOCKET
         loop: Any
         if isinstance(q, Lfq):
             from ccswitch.models.lfq_actor import load_actor as load_lfq_actor

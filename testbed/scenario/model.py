@@ -341,8 +341,11 @@ class Scenario:
         return [0.0, *sorted({sw.at_s for sw in self.switches}), self.duration_s]
 
     def emulator_config(self, client_ifs: Sequence[str], server_if: str, seed: int,
-                        stats_dir: Path, interval_ms: int = 1000) -> dict[str, Any]:
-        """The linkemu config (contract of testbed/linkemu/README.md)."""
+                        stats_dir: Path, interval_ms: int = 1000,
+                        control_socket: Path | None = None) -> dict[str, Any]:
+        """The linkemu config (contract of testbed/linkemu/README.md).  With router agents, linkemu's
+        control socket is *control_socket* (default ``stats_dir/linkemu.sock``; a UNIX socket path
+        holds at most 107 bytes, so the runner passes a short private one)."""
         return {
             "client_ifs": list(client_ifs),
             "server_if": server_if,
@@ -353,7 +356,7 @@ class Scenario:
             "stats": {"dir": str(stats_dir), "interval_ms": interval_ms,
                       "per_packet": self.capture.emulator_per_packet},
         } | ({"client_delay_ms": list(self.link.client_delay_ms)} if self.link.client_delay_ms else {}) | (
-            {"control": {"socket": str(stats_dir / CONTROL_SOCKET)}} if self.router_agents() else {})
+            {"control": {"socket": str(control_socket or stats_dir / CONTROL_SOCKET)}} if self.router_agents() else {})
 
     def router_agents(self) -> dict[str, DualPi2 | Lfq]:
         """Directions ("uplink", "downlink") whose dualpi2 or lfq queue is run by an agent (``agent``)."""
