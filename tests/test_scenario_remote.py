@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from ccswitch.testbed.scenario import RemoteDecisions, ScenarioError, daemon_config, load_scenario
+from ccswitch.testbed.scenario import (
+    DaemonSettings,
+    RemoteDecisions,
+    ScenarioError,
+    daemon_config,
+    load_scenario,
+)
 from ccswitch.testbed.scenario.arms import arm_scenario, check_arms
 
 SCENARIO = """
@@ -78,7 +84,7 @@ def test_arms_and_the_config_the_runner_writes(tmp_path: Path) -> None:
     assert sc.daemon is not None and sc.daemon.remote == RemoteDecisions(latency_ms=105.0, joint=True)
     assert "remote" not in daemon_config(sc.daemon, sc.flows)["policy"]  # no server started yet
     started = RemoteDecisions(latency_ms=105.0, joint=True, server="10.9.0.1:7070", key_file=tmp_path / "k")
-    pol = daemon_config(sc.daemon.__class__(remote=started), sc.flows)["policy"]
+    pol = daemon_config(DaemonSettings(remote=started), sc.flows)["policy"]
     assert pol["remote"] == "10.9.0.1:7070" and pol["remote_joint"] is True
     assert pol["remote_deadline_s"] == pytest.approx(0.255) and pol["remote_key"] == str(tmp_path / "k")
 

@@ -668,7 +668,7 @@ def _netns_side(sc: Scenario, flows: Sequence[Flow], run_dir: Path, seed: int, m
 
 
 def _router_agents(sc: Scenario, run_dir: Path, meta: dict[str, Any], stack: contextlib.ExitStack,
-                   control: Path | None = None) -> None:
+                   control: Path | None) -> None:
     """Start the agent of every direction whose queue names one (``agent``); stopped before linkemu.
 
     dualpi2: paper 000's A3C agent (testbed/runs/dualpi2_agent.py); lfq: paper 001's LFQ agent
@@ -683,7 +683,8 @@ def _router_agents(sc: Scenario, run_dir: Path, meta: dict[str, Any], stack: con
     for direction, q in agents.items():
         assert q.agent is not None
         log_csv = run_dir / "emulator" / f"agent-{direction}.csv"
-        sock = control or run_dir / "emulator" / CONTROL_SOCKET
+        assert control is not None  # _netns_side makes one whenever the scenario has router agents
+        sock = control
         loop: Any
         if isinstance(q, Lfq):
             from ccswitch.models.lfq_actor import load_actor as load_lfq_actor
