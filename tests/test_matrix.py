@@ -169,7 +169,7 @@ def test_local_matrix_runs_resumes_and_reports_failures(tmp_path: Path, require)
     res = tmp_path / "res"
     arms = ["daemon-static-cubic", "daemon-deviate-2-bbr"]
     before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-    out = run_matrix(d, arms, 1, res, progress=False, timeout_s=120)
+    out = run_matrix(d, arms, 1, res, jobs=2, progress=False, timeout_s=120)  # two at a time, like the docs' runs
     assert len(out) == 4 and all(o.ok for o in out), [o.error for o in out]
     for o in out:
         assert finished(o.task.run_dir(res)) and o.task.log_path(res).is_file()
@@ -203,7 +203,7 @@ def test_local_matrix_runs_resumes_and_reports_failures(tmp_path: Path, require)
     assert corpus_from_matrix(res, tmp_path / "corpus", ccas=("cubic",), log=lambda m: None).written == 0
     # a second seed with a bound too short for any run: every run fails, one line each, no leftovers
     res2 = tmp_path / "res2"
-    out2 = run_matrix(d, ["static"], 1, res2, progress=False, timeout_s=3)
+    out2 = run_matrix(d, ["static"], 1, res2, jobs=2, progress=False, timeout_s=3)
     assert len(out2) == 2 and not any(o.ok for o in out2)
     assert all("timed out after 3 s" in o.error for o in out2)
     lines = (res2 / "failures.jsonl").read_text().splitlines()

@@ -159,7 +159,22 @@ def set_aside(run_dir: Path) -> None:
     run_dir.rename(run_dir.with_name(f"{run_dir.name}.failed-{n}"))
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _kill(proc: subprocess.Popen[Any]) -> None:
+    """Stop the run's whole process group, and wait until every member is gone.
+
+    Waiting for the child alone is not enough: a grandchild (the helper that
+    creates a namespace, an ``ip`` command) can outlive it by a moment and
+    finish making a namespace after the leftover cleanup has looked."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
@@ -168,6 +183,16 @@ def _kill(proc: subprocess.Popen[Any]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    deadline = time.monotonic() + KILL_GRACE_S
+    killed = False
+    while _group_alive(proc.pid):  # bounded: an unreaped zombie keeps a group "alive" for ever
+        if time.monotonic() > deadline:
+            if killed:
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            killed, deadline = True, time.monotonic() + 5.0
+        time.sleep(0.05)
 
 
 def _last_error(log: Path) -> str:
