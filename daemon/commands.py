@@ -253,13 +253,13 @@ def history(ctx: click.Context, limit: int, as_json: bool, wide: bool, columns: 
 # --------------------------------------------------------------------- daemon
 @click.group()
 def daemon() -> None:
-    """The ccswitchd service: install the unit and config, check a config."""
+    """The ccswitchd service: install the unit, config and man pages; check a config."""
 
 
 @daemon.command("install")
 @click.option("--root", default="/", show_default=True, help="Install below this directory (packaging, tests).")
 def daemon_install(root: str) -> None:
-    """Place the systemd unit and the default config (idempotent; never overwrites a modified config)."""
+    """Place the systemd unit, the default config and the man pages (idempotent; keeps a modified config)."""
     from pathlib import Path
 
     from ccswitch.daemon.install import install
