@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--socket", metavar="PATH", help="control socket (overrides daemon.socket)")
     p.add_argument("--record", metavar="FILE.parquet", help="write every tick's FlowSample rows here (Parquet)")
     p.add_argument("--decisions", metavar="FILE.jsonl", help="append one JSON line per decision here")
-    p.add_argument("--install", action="store_true", help="install the systemd unit, the default config and the man pages")
+    p.add_argument("--install", action="store_true",
+                   help="install the systemd unit, the default config and the man pages")
     p.add_argument("--root", metavar="DIR", default="/", help="with --install: install below DIR (packaging, tests)")
     return p
 
