@@ -272,14 +272,20 @@ def build_decider(policy_cfg: dict[str, Any], *, kind: str | None = None) -> tup
     return (ObserveDecider(dqn) if kind == "observe" else dqn), None
 
 
+def remote_policy(decider: Decider) -> Any | None:
+    """The decider's RemotePolicy (policy.remote: it holds the client and its counters), else None."""
+    inner = getattr(decider, "inner", decider)
+    policy = getattr(inner, "policy", None)
+    return policy if getattr(policy, "client", None) is not None else None
+
+
 def remote_counters(decider: Decider) -> dict[str, Any]:
     """policy.remote's counters (rows answered remotely and locally, fallbacks by reason, answer time
     p50/p99 in ms) as flat log fields; {} for a decider without a policy server."""
-    inner = getattr(decider, "inner", decider)
-    policy = getattr(inner, "policy", None)
-    if getattr(policy, "client", None) is None:
+    policy = remote_policy(decider)
+    if policy is None:
         return {}
-    d = policy.describe()  # type: ignore[union-attr]
+    d = policy.describe()
     return {"remote_rows": d["remote_rows"], "remote_local_rows": d["local_rows"],
             "remote_fallbacks": sum(d["fallbacks"].values()),
             **{f"remote_fallbacks_{k}": v for k, v in sorted(d["fallbacks"].items())},

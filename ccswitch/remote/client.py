@@ -57,6 +57,7 @@ class PolicyClient:
         self._warned_at: float | None = None
         self.last_rtt_s: float | None = None
         self.rtts_s: deque[float] = deque(maxlen=4096)  # request to answer, the last 4096 answers
+        self.rtts_total = 0  # answers ever timed (rtts_s keeps the last 4096): the metrics' new-answer cursor
         family = socket.AF_INET6 if ":" in server[0] else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_DGRAM)
         if tos:
@@ -161,6 +162,7 @@ class PolicyClient:
                 return None
             self.last_rtt_s = time.monotonic() - t0
             self.rtts_s.append(self.last_rtt_s)
+            self.rtts_total += 1
             return m
 
     def _drain(self) -> None:
