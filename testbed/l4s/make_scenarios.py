@@ -29,6 +29,26 @@ class (and RTT), several flows per client.  ``*-daemon`` variants run ccswitchd
 Every parameter of the bottleneck is written out in the files (defaults of
 Linux sch_dualpi2 / RFC 9332), so that ``dualpi2-router.sh --scenario`` gives
 a real router exactly the same AQM.
+
+**Queue option** (paper 004 side by side): every ``dyn`` and ``rttmix`` template
+is also written with linkemu's ``vdq_csaqm`` (paper 004's Virtual Dual Queue
+Core-Stateless AQM, its section 3 defaults, every flow Gold) as ``<name>-vdq``,
+and three templates are written for both queues:
+
+* ``solo``: one L4S flow alone for 30 s (paper 004's 1-0 phase: "a single
+  DCTCP flow is not able to fully utilize the bottleneck");
+* ``ccmix``: prague (L4S) with cubic, bbr and pcc (Classic), 1; 2; 3; 1 flows
+  of each (paper 004 figs. 7-8, "heterogeneous CCs", scaled; no L4S BBRv2
+  here);
+* ``goldsilver`` (vdq_csaqm only): paper 004 figs. 5-6's Gold and Silver
+  policies, scaled: Silver's TVF step is at 10 Mbit/s (linkemu's curve, the
+  paper's Figure 1), so at 50 Mbit/s a Gold and a Silver flow alone are
+  entitled to 40:10 (1:4, region II/III); 1-1-1-1 flows (L4S Gold/Silver,
+  Classic Gold/Silver) would sit in region I (1:2).  Phases: Classic
+  Gold + Silver (1:4), all four (1:2), L4S Gold + Silver (1:4 of VQ_0's
+  0.9 C: 35:10).
+
+    .venv/bin/python testbed/l4s/make_scenarios.py --queue vdq_csaqm   # only the vdq_csaqm files
 """
 
 from __future__ import annotations
@@ -85,31 +105,69 @@ def lifetimes(counts: tuple[int, ...]) -> list[tuple[float, float]]:
     return out
 
 
+QUEUES = ("dualpi2", "vdq_csaqm")
+"""Router queues the templates are written for (``--queue``)."""
+QUEUE_SUFFIX = {"dualpi2": "", "vdq_csaqm": "-vdq"}
+"""File-name suffix of each queue's files (DualPI2's keep their original names)."""
+QUEUE_LABEL = {"dualpi2": "DualPI2", "vdq_csaqm": "VDQ-CSAQM"}
+VDQ_CSAQM = {  # paper 004 section 3 defaults, all named (C = the link's rate, written out)
+    "rate_mbit": RATE_MBIT, "vq0_rate": 0.9, "vq1_rate": 0.984, "qmax0_ms": 50.0, "qmax1_ms": 200.0,
+    "target0_ms": 1.0, "target1_ms": 20.0, "tupdate_ms": 10.0, "classifier": "dscp", "l_dscp": [PRAGUE_DSCP],
+    "classic_ecn": True, "default_policy": "gold", "rate_window_ms": 100.0, "idle_timeout_ms": 3000.0,
+}
+CLIENT_SUBNET, CLIENT_HOST0 = "10.99.0", 10
+"""testbed/runs/topology.py: client i (1-based) is SUBNET.(10 + i) (vdq_csaqm policy rules match on it)."""
+SOLO_S = 30.0
+CCMIX = ("cubic", "bbr", "pcc")
+"""Classic CCAs of the ``ccmix`` template, each beside prague (paper 004 figs. 7-8)."""
+GOLDSILVER_PHASES = {"C": (1, 1, 0), "L": (0, 1, 1)}
+"""Flows per policy per 20 s phase in ``goldsilver``: Classic pair, all four, L4S pair."""
+
+
+def client_ip(client: int) -> str:
+    return f"{CLIENT_SUBNET}.{CLIENT_HOST0 + client}"
+
+
 A3C_ACTOR = "../../models/dualpi2_a3c.json"
 """Paper 000's trained actor, relative to testbed/scenarios/ (the ``-a3c`` variants)."""
 A3C_CCAS = ("cubic", "reno")
 """Classic CCAs of the ``-a3c`` variants (the agent against the PI controller, docs/l4s.md "A3C")."""
 
 
-def qdisc_toml(coupling: float | None = None, agent: str | None = None) -> str:
-    parts = []
-    params = DUALPI2 | ({"k": coupling} if coupling is not None else {}) | ({"agent": agent} if agent else {})
-    for k, v in params.items():
-        if isinstance(v, bool):
-            s = "true" if v else "false"
-        elif isinstance(v, str):
-            s = f'"{v}"'
-        elif isinstance(v, list):
-            s = "[" + ", ".join(str(x) for x in v) + "]"
-        else:
-            s = f"{v:g}"
-        parts.append(f"{k} = {s}")
-    return '{ kind = "dualpi2", ' + ", ".join(parts) + " }"
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    return f"{v:g}"
+
+
+def qdisc_toml(coupling: float | None = None, agent: str | None = None, queue: str = "dualpi2",
+               silver_clients: tuple[int, ...] = ()) -> str:
+    """The uplink's inline qdisc table: DualPI2 (optionally k / agent) or VDQ-CSAQM (optionally Silver clients)."""
+    if queue == "vdq_csaqm":
+        if coupling is not None or agent:
+            raise ValueError("k and agent are DualPI2's")
+        params: dict[str, object] = dict(VDQ_CSAQM)
+        if silver_clients:
+            params["policies"] = [{"policy": "silver", "src": client_ip(c)} for c in silver_clients]
+    elif queue == "dualpi2":
+        if silver_clients:
+            raise ValueError("policies are vdq_csaqm's")
+        params = DUALPI2 | ({"k": coupling} if coupling is not None else {}) | ({"agent": agent} if agent else {})
+    else:
+        raise ValueError(f"queue {queue!r}: expected one of {', '.join(QUEUES)}")
+    return f'{{ kind = "{queue}", ' + ", ".join(f"{k} = {_toml_value(v)}" for k, v in params.items()) + " }"
 
 
 def scenario(name: str, description: str, header: str, groups: list[Group], *, daemon_clients: tuple[int, ...] = (),
              client_delay_ms: list[float] | None = None, duration_s: float | None = None,
-             tshark: bool = False, k: float | None = None, agent: str | None = None) -> str:
+             tshark: bool = False, k: float | None = None, agent: str | None = None, queue: str = "dualpi2",
+             silver_clients: tuple[int, ...] = ()) -> str:
     n_phases = len(groups[0].counts)
     duration = duration_s if duration_s is not None else n_phases * PHASE_S
     clients = max(g.client for g in groups)
@@ -121,7 +179,12 @@ def scenario(name: str, description: str, header: str, groups: list[Group], *, d
                   'policy = "dqn"', f"clients = [{', '.join(str(c) for c in daemon_clients)}]"]
     else:
         lines.append("daemon = false")
-    lines += ["", "# One DualPI2 bottleneck toward the server (Linux sch_dualpi2 defaults, RFC 9332),",
+    what = ("One DualPI2 bottleneck toward the server (Linux sch_dualpi2 defaults, RFC 9332),"
+            if queue == "dualpi2" else
+            "One VDQ-CSAQM bottleneck toward the server (paper 004 section 3 defaults, C = the link rate;"
+            + (f"\n# clients {', '.join(map(str, silver_clients))} Silver, the others Gold)," if silver_clients
+               else " every flow Gold),"))
+    lines += ["", f"# {what}",
               f"# {RATE_MBIT:g} Mbit/s, {2 * BASE_ONE_WAY_MS:g} ms base RTT.  L4S = DSCP {PRAGUE_DSCP} "
               "(ccswitch's Prague cannot send ECT(1) on this kernel).",
               "[link]", 'emulator = "linkemu"']
@@ -129,7 +192,7 @@ def scenario(name: str, description: str, header: str, groups: list[Group], *, d
         lines.append("client_delay_ms = [" + ", ".join(f"{d:g}" for d in client_delay_ms) + "]"
                      "   # extra delay on each client's ACKs")
     lines += ["", "[link.uplink]", f"rate_mbit = {RATE_MBIT:g}", f"delay_ms = {BASE_ONE_WAY_MS:g}",
-              f"qdisc = {qdisc_toml(k, agent)}", "",
+              f"qdisc = {qdisc_toml(k, agent, queue, silver_clients)}", "",
               "[link.downlink]               # ACKs: not the bottleneck", f"rate_mbit = {RATE_MBIT:g}",
               f"delay_ms = {BASE_ONE_WAY_MS:g}", 'qdisc = { kind = "pfifo", limit_pkts = 1000 }']
     for g in groups:
@@ -144,30 +207,61 @@ def scenario(name: str, description: str, header: str, groups: list[Group], *, d
     return "\n".join(lines)
 
 
-def all_scenarios() -> dict[str, str]:
+def all_scenarios(queues: tuple[str, ...] = QUEUES) -> dict[str, str]:
+    """Every template, for each of *queues* (the DualPI2-only variants only with "dualpi2")."""
     out: dict[str, str] = {}
     dyn_l = tuple(p[0] for p in DYN_PHASES)
     dyn_c = tuple(p[1] for p in DYN_PHASES)
     counts = "; ".join(f"{a}-{b}" for a, b in DYN_PHASES)
-    for cca in CLASSIC_CCAS:
-        groups = [Group(1, "C", cca, dyn_c), Group(2, "L", L4S_CCA, dyn_l)]
-        name = f"l4s-dyn-{cca}-vs-prague"
-        head = (f"# L4S vs Classic through DualPI2, equal RTT (paper 004 fig. 3 template, scaled):\n"
-                f"# L4S-Classic flows {counts}, 20 s each.  Client 1: {cca} (classic, C queue),\n"
-                f"# client 2: prague (L4S, L queue).  docs/l4s.md \"## Experiments\".")
-        out[name] = scenario(name, f"{cca} vs prague through DualPI2, L4S-Classic flows {counts}", head, groups)
-        out[name + "-daemon"] = scenario(
-            name + "-daemon", f"{cca} (ccswitchd) vs prague through DualPI2, L4S-Classic flows {counts}",
-            head + "\n# With ccswitchd on the classic client.", groups, daemon_clients=(1,))
-        mix = "; ".join(str(c) for c in RTTMIX_PHASES)
-        groups = [Group(1, "C5_", cca, RTTMIX_PHASES), Group(2, "L5_", L4S_CCA, RTTMIX_PHASES),
-                  Group(3, "C40_", cca, RTTMIX_PHASES), Group(4, "L40_", L4S_CCA, RTTMIX_PHASES)]
-        name = f"l4s-rttmix-{cca}-vs-prague"
-        head = (f"# L4S vs Classic through DualPI2, 5 ms / 40 ms RTT mix (paper 004 fig. 4 template, scaled):\n"
-                f"# {mix} flows of each class-RTT pair, 20 s each.  Clients 1/3: {cca} at 5/40 ms,\n"
-                f"# clients 2/4: prague at 5/40 ms.  docs/l4s.md \"## Experiments\".")
-        out[name] = scenario(name, f"{cca} vs prague through DualPI2, 5/40 ms RTT mix, {mix} flows per pair",
-                             head, groups, client_delay_ms=[0.0, 0.0, LONG_RTT_EXTRA_MS, LONG_RTT_EXTRA_MS])
+    mix = "; ".join(str(c) for c in RTTMIX_PHASES)
+    for queue in queues:
+        sfx, label = QUEUE_SUFFIX[queue], QUEUE_LABEL[queue]
+        for cca in CLASSIC_CCAS:
+            groups = [Group(1, "C", cca, dyn_c), Group(2, "L", L4S_CCA, dyn_l)]
+            name = f"l4s-dyn-{cca}-vs-prague"
+            head = (f"# L4S vs Classic through {label}, equal RTT (paper 004 fig. 3 template, scaled):\n"
+                    f"# L4S-Classic flows {counts}, 20 s each.  Client 1: {cca} (classic, C queue),\n"
+                    f"# client 2: prague (L4S, L queue).  docs/l4s.md \"## Experiments\".")
+            out[name + sfx] = scenario(name + sfx, f"{cca} vs prague through {label}, L4S-Classic flows {counts}",
+                                       head, groups, queue=queue)
+            if queue == "dualpi2":
+                out[name + "-daemon"] = scenario(
+                    name + "-daemon", f"{cca} (ccswitchd) vs prague through DualPI2, L4S-Classic flows {counts}",
+                    head + "\n# With ccswitchd on the classic client.", groups, daemon_clients=(1,))
+            groups = [Group(1, "C5_", cca, RTTMIX_PHASES), Group(2, "L5_", L4S_CCA, RTTMIX_PHASES),
+                      Group(3, "C40_", cca, RTTMIX_PHASES), Group(4, "L40_", L4S_CCA, RTTMIX_PHASES)]
+            name = f"l4s-rttmix-{cca}-vs-prague"
+            head = (f"# L4S vs Classic through {label}, 5 ms / 40 ms RTT mix (paper 004 fig. 4 template, scaled):\n"
+                    f"# {mix} flows of each class-RTT pair, 20 s each.  Clients 1/3: {cca} at 5/40 ms,\n"
+                    f"# clients 2/4: prague at 5/40 ms.  docs/l4s.md \"## Experiments\".")
+            out[name + sfx] = scenario(
+                name + sfx, f"{cca} vs prague through {label}, 5/40 ms RTT mix, {mix} flows per pair", head, groups,
+                client_delay_ms=[0.0, 0.0, LONG_RTT_EXTRA_MS, LONG_RTT_EXTRA_MS], queue=queue)
+        name = f"l4s-solo-prague{sfx}"
+        head = (f"# One L4S (prague) flow alone through {label} for {SOLO_S:g} s: paper 004's 1-0 phase\n"
+                f"# (DualPI2 ~30 %, VDQ-CSAQM 0.8 of 1 Gbit/s with DCTCP).  docs/l4s.md \"Paper 004\".")
+        out[name] = scenario(name, f"1 prague flow alone through {label}, {SOLO_S:g} s", head,
+                             [Group(1, "L", L4S_CCA, (1,))], duration_s=SOLO_S, queue=queue)
+        name = f"l4s-ccmix-vs-prague{sfx}"
+        groups = [Group(1, "L", L4S_CCA, RTTMIX_PHASES)] + [
+            Group(i, f"{c.upper()}", c, RTTMIX_PHASES) for i, c in enumerate(CCMIX, 2)]
+        head = (f"# Heterogeneous CCAs through {label} (paper 004 figs. 7-8 template, scaled): {mix} flows of\n"
+                f"# each of prague (L4S, client 1), {', '.join(CCMIX)} (Classic, clients 2-{len(CCMIX) + 1}), "
+                f"20 s each.\n# docs/l4s.md \"Paper 004\".")
+        out[name] = scenario(name, f"prague + {' + '.join(CCMIX)} through {label}, {mix} flows of each", head,
+                             groups, queue=queue)
+        if queue == "vdq_csaqm":
+            name = "l4s-goldsilver-cubic-prague-vdq"
+            groups = [Group(1, "CG", "cubic", GOLDSILVER_PHASES["C"]), Group(2, "CS", "cubic", GOLDSILVER_PHASES["C"]),
+                      Group(3, "LG", L4S_CCA, GOLDSILVER_PHASES["L"]), Group(4, "LS", L4S_CCA, GOLDSILVER_PHASES["L"])]
+            head = ("# Gold and Silver policies through VDQ-CSAQM (paper 004 figs. 5-6, scaled): Gold-Silver\n"
+                    "# flows per class: Classic 1-1 (cubic), then L4S 1-1 (prague) too, then L4S only; 20 s each.\n"
+                    "# Clients 1/3 Gold, 2/4 Silver.  Silver's TVF step is at 10 Mbit/s: entitled 40:10 (1:4)\n"
+                    "# with one flow of each, 1:2 with four flows at 50 Mbit/s.  docs/l4s.md \"Paper 004\".")
+            out[name] = scenario(name, "Gold vs Silver (cubic, then prague too, then prague) through VDQ-CSAQM",
+                                 head, groups, queue=queue, silver_clients=(2, 4))
+    if "dualpi2" not in queues:
+        return out
     for k in K_VARIANTS:  # paper 000: k sets the L4S:Classic ratio
         groups = [Group(1, "C", "cubic", dyn_c), Group(2, "L", L4S_CCA, dyn_l)]
         name = f"l4s-dyn-cubic-vs-prague-k{k:g}"
@@ -196,10 +290,16 @@ def all_scenarios() -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
+    import argparse
+
     from ccswitch.testbed.scenario import ScenarioError, parse_scenario
 
-    only = set(argv)
-    for name, text in all_scenarios().items():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("names", nargs="*", help="only these scenario names (default: all)")
+    ap.add_argument("--queue", choices=QUEUES, action="append", help="only this router queue's files (repeatable)")
+    a = ap.parse_args(argv)
+    only = set(a.names)
+    for name, text in all_scenarios(tuple(a.queue) if a.queue else QUEUES).items():
         if only and name not in only:
             continue
         try:  # only files this checkout's scenario.py accepts (tests load every shipped file)

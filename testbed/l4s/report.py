@@ -24,6 +24,18 @@ phases).  Per phase, over its last ``PHASE_S - SETTLE_S`` seconds (the first
   intervals: mean weighted by packets, p90 = mean of the per-interval p90s,
   max = max of the per-interval maxima, ms.
 
+**VDQ-CSAQM** (linkemu ``vdq_csaqm``, paper 004) runs are read the same way:
+linkemu fills the per-class statistics (``classes``, intervals.csv's
+``l_*``/``c_*`` columns) for the L4S and Classic FIFOs of its virtual dual
+queue as it does for DualPI2's L and C queues.  DualPI2's p', overload
+updates and native/coupled L marks do not exist there; the whole-run table of
+VDQ runs has its congestion threshold values (CTV_0 of VQ_0, CTV_1 of VQ_1,
+coded 0..65535, mean and max over the 10 ms updates) and arrival drops (FIFO
+or VQ full) instead.  Each flow's packet-value policy (Gold/Silver/Voice)
+comes from the qdisc's ``policies`` rules matched against its client's
+address; per phase the report gives the per-flow goodput of every
+class+policy group (Gold:Silver) and of every CCA.
+
 Plots (``<out>/<scenario>.png``), the layout of paper 004 figures 3-4: top,
 total / L4S / Classic throughput with each class's fair share (dashed);
 middle, every flow's throughput with the per-flow fair share; bottom, L and
@@ -69,6 +81,43 @@ QUEUE_COLUMNS = {
     "drops": "{q}_drops",
 }
 RAW_KEYS = ("bytes", "marks", "drops")
+CLIENT_SUBNET, CLIENT_HOST0, SERVER_ADDR = "10.99.0", 10, "10.99.0.1"
+"""testbed/runs/topology.py: client i is SUBNET.(10 + i), the server .1 (for vdq_csaqm's policy rules)."""
+VDQ_CODE_MAX = 65535
+GOLD_R_MIN_BPS, GOLD_DECADES = 1e3, 8.0
+"""linkemu src/qdisc/pv_marker.rs: Gold's TVF, coded v = 65535 (1 - log10(r / 1 kbit/s) / 8)."""
+
+
+def uplink_qdisc(sc: dict[str, Any]) -> dict[str, Any]:
+    """The scenario's bottleneck queue table ({} for linkemu's default)."""
+    q = sc.get("link", {}).get("uplink", {}).get("qdisc")
+    return q if isinstance(q, dict) else {}
+
+
+def vdq_policy(qdisc: dict[str, Any], client: int, proto: int = 6) -> str | None:
+    """The packet-value policy vdq_csaqm's marker gives the data packets of *client*'s TCP flows to the server.
+
+    Rules are tried in order (first match wins, as in linkemu); a rule that names ports
+    cannot be decided per client here, so a client it might match gets None (unknown).
+    Not a vdq_csaqm table: None."""
+    if qdisc.get("kind") != "vdq_csaqm":
+        return None
+    ip = f"{CLIENT_SUBNET}.{CLIENT_HOST0 + client}"
+    for rule in qdisc.get("policies") or []:
+        if (rule.get("src", ip) != ip or rule.get("dst", SERVER_ADDR) != SERVER_ADDR
+                or rule.get("proto", proto) != proto):
+            continue
+        if "sport" in rule or "dport" in rule:
+            return None
+        return str(rule["policy"])
+    return str(qdisc.get("default_policy", "gold"))
+
+
+def gold_mbit(code: float) -> float:
+    """The rate (Mbit/s) at which Gold's TVF crosses the coded value *code* (what a CTV entitles a Gold flow to)."""
+    if code != code or code <= 0:
+        return math.inf
+    return GOLD_R_MIN_BPS * 10 ** (GOLD_DECADES * (1 - code / VDQ_CODE_MAX)) / 1e6
 """Counts, not delays (kept as they are; the delays are converted from us to ms)."""
 
 
@@ -81,6 +130,8 @@ class FlowInfo:
     end_s: float
     klass: str
     rtt_ms: float
+    policy: str | None = None
+    """vdq_csaqm's packet-value policy of the flow (None for other queues)."""
 
 
 @dataclass
@@ -100,6 +151,12 @@ class PhaseResult:
     marks_pct: dict[str, float] = field(default_factory=dict)
     """CE marks per packet that left the class's queue, % (packets ~ bytes_out / 1500)."""
     drops_pct: dict[str, float] = field(default_factory=dict)
+    cca_per_flow_mbps: dict[str, float] = field(default_factory=dict)
+    """Per-flow mean goodput of each CCA's active flows (the classes of a mixed-CCA run)."""
+    policy_per_flow_mbps: dict[str, float] = field(default_factory=dict)
+    """vdq_csaqm: per-flow mean goodput per "<class> <policy>" (e.g. "Classic silver"); {} otherwise."""
+    gold_silver: float = math.nan
+    """vdq_csaqm: Gold flows' per-flow mean goodput / Silver flows' (all classes); NaN without both policies."""
 
     @property
     def label(self) -> str:
@@ -125,6 +182,8 @@ class RunResult:
     """ccswitchd's applied switches and reverts: t_s (since t0), flow, from, to, action."""
     cca_seconds: dict[str, float] = field(default_factory=dict)
     """Seconds the classic flows spent on each CCA (with the daemon's switches)."""
+    queue_kind: str = "dualpi2"
+    """The bottleneck's qdisc kind (the scenario's uplink)."""
 
 
 def _scenario_text(run_dir: Path) -> dict[str, Any]:
@@ -135,6 +194,7 @@ def _scenario_text(run_dir: Path) -> dict[str, Any]:
 
 def flow_infos(run_dir: Path, meta: dict[str, Any]) -> list[FlowInfo]:
     sc = _scenario_text(run_dir)
+    qdisc = uplink_qdisc(sc)
     link = sc.get("link", {})
     base = float(link.get("uplink", {}).get("delay_ms", 0.0)) + float(link.get("downlink", {}).get("delay_ms", 0.0))
     extra = link.get("client_delay_ms") or []
@@ -145,7 +205,8 @@ def flow_infos(run_dir: Path, meta: dict[str, Any]) -> list[FlowInfo]:
         rtt = base + (float(extra[c - 1]) if c - 1 < len(extra) else 0.0)
         start, end = actual_lifetime(run_dir / "iperf" / f"{f['name']}.server.json", t0,
                                      float(f["start_s"]), float(f["duration_s"]))
-        out.append(FlowInfo(f["name"], c, f["cca"], start, end, "L4S" if f["cca"] in L4S_CCAS else "Classic", rtt))
+        out.append(FlowInfo(f["name"], c, f["cca"], start, end, "L4S" if f["cca"] in L4S_CCAS else "Classic", rtt,
+                            vdq_policy(qdisc, c)))
     return out
 
 
@@ -256,6 +317,10 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
+def _ratio(a: float, b: float) -> float:
+    return a / b if a == a and b == b and b > 0 else math.nan
+
+
 def analyse(run_dir: Path) -> RunResult:
     meta = json.loads((run_dir / "summary.json").read_text())["meta"]
     flows = flow_infos(run_dir, meta)
@@ -280,8 +345,13 @@ def analyse(run_dir: Path) -> RunResult:
                       for k in CLASSES}
         per_flow = {k: class_mbps[k] / counts[k] if counts[k] else math.nan for k in CLASSES}
         groups: dict[str, list[float]] = {}
+        by_cca: dict[str, list[float]] = {}
+        by_policy: dict[str, list[float]] = {}
         for f in active:
             groups.setdefault(f"{f.klass} {f.rtt_ms:g} ms", []).append(flow_mbps[f.name])
+            by_cca.setdefault(f.cca, []).append(flow_mbps[f.name])
+            if f.policy is not None:
+                by_policy.setdefault(f"{f.klass} {f.policy}", []).append(flow_mbps[f.name])
         ph = PhaseResult(
             start_s=a, end_s=b, counts=counts, flow_mbps=flow_mbps, fair_mbps=total / len(active),
             class_mbps=class_mbps, per_flow_mbps=per_flow,
@@ -290,6 +360,10 @@ def analyse(run_dir: Path) -> RunResult:
             jain=jain_index([v for v in flow_mbps.values() if not math.isnan(v)]),
             utilisation=total * HEADER_FACTOR / rate if rate == rate and rate > 0 else math.nan,
             group_per_flow_mbps={g: _mean(v) for g, v in sorted(groups.items())},
+            cca_per_flow_mbps={c: _mean(v) for c, v in sorted(by_cca.items())},
+            policy_per_flow_mbps={g: _mean(v) for g, v in sorted(by_policy.items())},
+            gold_silver=_ratio(_mean([flow_mbps[f.name] for f in active if f.policy == "gold"]),
+                               _mean([flow_mbps[f.name] for f in active if f.policy == "silver"])),
         )
         if qt:
             qi_all = [i for i, t in enumerate(qt) if lo < t - 0.5 < b]
@@ -320,8 +394,9 @@ def analyse(run_dir: Path) -> RunResult:
     emu: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError, KeyError):
         emu = json.loads((run_dir / "emulator" / "summary.json").read_text())["uplink"]
+    kind = str(uplink_qdisc(_scenario_text(run_dir)).get("kind", "pfifo"))
     return RunResult(meta["scenario"], run_dir, rate, daemon_dir.is_dir(), flows, phases, t_s, series, queue, qt,
-                     switches, emu, events, cca_seconds(flows, events))
+                     switches, emu, events, cca_seconds(flows, events), kind)
 
 
 # ------------------------------------------------------------------ output ---
@@ -340,6 +415,12 @@ def min_share_text(p: PhaseResult) -> str:
     return f"{share:.2f} ({name})"
 
 
+def gold_silver(p: PhaseResult) -> float:
+    """Gold:Silver of a phase: the Gold flows' per-flow mean goodput over the Silver flows' (both classes together),
+    NaN without both policies."""
+    return p.gold_silver
+
+
 def ratio_text(r: float) -> str:
     """L:C as the paper writes it: 1:6 (Classic larger) or 4:1 (L4S larger)."""
     if r != r or r <= 0:
@@ -347,36 +428,71 @@ def ratio_text(r: float) -> str:
     return f"1:{1 / r:.1f}" if r < 1 else f"{r:.1f}:1"
 
 
+def _soj(c: dict[str, Any]) -> str:
+    s = c["sojourn_us"]
+    return " / ".join(_f(s[k] / 1000, 2 if k != "max" else 1) for k in ("mean", "p90", "p99", "max"))
+
+
+def _pct(n: float, d: float) -> str:
+    return _f(100 * n / d, 1) + " %" if d else "-"
+
+
+def vdq_whole_run_table(results: Sequence[RunResult]) -> list[str]:
+    """VDQ-CSAQM runs: per-class sojourn as for DualPI2, then its own state: the CTVs and arrival drops.
+
+    DualPI2's p', overload updates and native/coupled L marks do not exist for vdq_csaqm."""
+    lines = ["| run | L sojourn mean / p90 / p99 / max (ms) | C sojourn mean / p90 / p99 / max (ms) "
+             "| L marked / dropped | C marked / dropped | CTV_0 (L4S VQ) mean / max | CTV_1 (shared VQ) mean / max "
+             "| arrival drops L / C (FIFO / VQ full) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        cl = (r.emulator or {}).get("classes") or {}
+        q = (r.emulator or {}).get("qdisc_stats") or {}
+        if not cl or q.get("kind") != "vdq_csaqm":
+            continue
+        lq, cq = cl["l4s"], cl["classic"]
+        vl, vc = q.get("classes", {}).get("l4s", {}), q.get("classes", {}).get("classic", {})
+
+        def ctv(c: dict[str, Any]) -> str:
+            return f"{_f(c.get('ctv_mean', math.nan), 0)} / {_f(float(c.get('ctv_max', math.nan)), 0)}"
+
+        lines.append(f"| {r.scenario} | {_soj(lq)} | {_soj(cq)} | {_pct(lq['ecn_marks'], lq['packets_out'])} / "
+                     f"{_pct(lq['drops_total'], lq['packets_out'] + lq['drops_total'])} | "
+                     f"{_pct(cq['ecn_marks'], cq['packets_out'])} / "
+                     f"{_pct(cq['drops_total'], cq['packets_out'] + cq['drops_total'])} | {ctv(vl)} | {ctv(vc)} | "
+                     f"{vl.get('queue_drops', '-')} / {vl.get('vq_drops', '-')}, "
+                     f"{vc.get('queue_drops', '-')} / {vc.get('vq_drops', '-')} |")
+    return lines if len(lines) > 2 else []
+
+
 def whole_run_table(results: Sequence[RunResult]) -> list[str]:
-    """Per run: linkemu's exact per-class sojourn percentiles (0.1 ms resolution), marks, drops, p'."""
+    """Per run: linkemu's exact per-class sojourn percentiles (0.1 ms resolution), marks, drops, p' (DualPI2)."""
     lines = ["| run | L sojourn mean / p90 / p99 / max (ms) | C sojourn mean / p90 / p99 / max (ms) "
              "| L marked / dropped | C dropped | p' mean / max | overload updates | L marks native / coupled |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
         cl = (r.emulator or {}).get("classes") or {}
         q = (r.emulator or {}).get("qdisc_stats") or {}
-        if not cl:
+        if not cl or q.get("kind") == "vdq_csaqm":
             continue
         lq, cq = cl["l4s"], cl["classic"]
-
-        def soj(c: dict[str, Any]) -> str:
-            s = c["sojourn_us"]
-            return " / ".join(_f(s[k] / 1000, 2 if k != "max" else 1) for k in ("mean", "p90", "p99", "max"))
-
-        def pct(n: float, d: float) -> str:
-            return _f(100 * n / d, 1) + " %" if d else "-"
-
-        lines.append(f"| {r.scenario} | {soj(lq)} | {soj(cq)} | {pct(lq['ecn_marks'], lq['packets_out'])} / "
-                     f"{pct(lq['drops_total'], lq['packets_out'] + lq['drops_total'])} | "
-                     f"{pct(cq['drops_total'], cq['packets_out'] + cq['drops_total'])} | "
+        lines.append(f"| {r.scenario} | {_soj(lq)} | {_soj(cq)} | {_pct(lq['ecn_marks'], lq['packets_out'])} / "
+                     f"{_pct(lq['drops_total'], lq['packets_out'] + lq['drops_total'])} | "
+                     f"{_pct(cq['drops_total'], cq['packets_out'] + cq['drops_total'])} | "
                      f"{_f(q.get('p_prime_mean', math.nan), 3)} / {_f(q.get('p_prime_max', math.nan), 3)} | "
                      f"{q.get('overload_updates', '-')} | {q.get('l4s_native_marks', '-')} / "
                      f"{q.get('l4s_coupled_marks', '-')} |")
-    return lines
+    return lines if len(lines) > 2 else []
 
 
 def markdown(results: Sequence[RunResult]) -> str:
-    lines = ["#### Whole runs (linkemu's per-class statistics)", "", *whole_run_table(results), ""]
+    lines = ["#### Whole runs (linkemu's per-class statistics)", ""]
+    if dp := whole_run_table(results):
+        lines += [*dp, ""]
+    if vdq := vdq_whole_run_table(results):
+        lines += ["VDQ-CSAQM (L = its L4S FIFO, C = its Classic FIFO; p', overload updates and native/coupled "
+                  "marks are DualPI2's and do not exist here; CTVs coded 0..65535, higher = more is cut):", "",
+                  *vdq, ""]
     for r in results:
         lines += [f"#### {r.scenario}", "",
                   "| phase (s) | L-C flows | L4S per flow | Classic per flow | L:C | Jain | min share | util. "
@@ -402,6 +518,24 @@ def markdown(results: Sequence[RunResult]) -> str:
                 lines.append(f"| {p.start_s:.0f}-{p.end_s:.0f} | "
                              + " | ".join(_f(p.group_per_flow_mbps.get(g, math.nan)) for g in groups)
                              + f" | {_f(p.fair_mbps)} |")
+        if any(len(p.policy_per_flow_mbps) > len([c for c in CLASSES if p.counts[c]]) for p in r.phases):
+            pols = sorted({g for p in r.phases for g in p.policy_per_flow_mbps})
+            lines += ["", "Per-flow mean goodput (Mbit/s) by class and packet-value policy (vdq_csaqm):", "",
+                      "| phase (s) | " + " | ".join(pols) + " | Gold:Silver |", "|---|" + "---|" * (len(pols) + 1)]
+            for p in r.phases:
+                lines.append(f"| {p.start_s:.0f}-{p.end_s:.0f} | "
+                             + " | ".join(_f(p.policy_per_flow_mbps.get(g, math.nan)) for g in pols)
+                             + f" | {_f(gold_silver(p), 2)} |")
+        if any(len(p.cca_per_flow_mbps) > 2 for p in r.phases):
+            ccas = sorted({c for p in r.phases for c in p.cca_per_flow_mbps})
+            lines += ["", "Per-flow mean goodput (Mbit/s) by CCA, and the largest per-flow / fair share:", "",
+                      "| phase (s) | " + " | ".join(ccas) + " | fair share | max CCA / fair |",
+                      "|---|" + "---|" * (len(ccas) + 2)]
+            for p in r.phases:
+                top = max((v for v in p.cca_per_flow_mbps.values() if v == v), default=math.nan)
+                lines.append(f"| {p.start_s:.0f}-{p.end_s:.0f} | "
+                             + " | ".join(_f(p.cca_per_flow_mbps.get(c, math.nan)) for c in ccas)
+                             + f" | {_f(p.fair_mbps)} | {_f(top / p.fair_mbps if p.fair_mbps else math.nan, 2)} |")
         if r.daemon:
             sw = [e for e in r.daemon_events if e["action"] == "switch"]
             rv = [e for e in r.daemon_events if e["action"] == "revert"]
@@ -447,7 +581,8 @@ def plot(r: RunResult, out: Path) -> Path:
         ax.plot(xs, ys, color="grey", ls="--" if k == "L4S" else ":", lw=1, label=f"{k} fair share")
     ax.set_ylabel("Mbit/s")
     ax.legend(fontsize=7, ncol=3, loc="upper right")
-    ax.set_title(f"{r.scenario}" + (" (ccswitchd on the classic senders)" if r.daemon else ""), fontsize=10)
+    queue = {"dualpi2": "DualPI2", "vdq_csaqm": "VDQ-CSAQM"}.get(r.queue_kind, r.queue_kind)
+    ax.set_title(f"{r.scenario} ({queue}" + ("; ccswitchd on the classic senders)" if r.daemon else ")"), fontsize=10)
     ax = axes[1]
     palette = {"L4S": plt.cm.Reds, "Classic": plt.cm.Greens}
     for k in CLASSES:
@@ -455,7 +590,10 @@ def plot(r: RunResult, out: Path) -> Path:
         for j, f in enumerate(mine):
             s = r.series.get(f.name, [])
             shade = 0.45 + 0.5 * (j / max(1, len(mine) - 1)) if len(mine) > 1 else 0.8
-            ax.plot(x[:len(s)], s, color=palette[k](shade), lw=1, label=f"{f.name} {f.cca} {f.rtt_ms:g} ms")
+            pol = f" {f.policy}" if f.policy not in (None, "gold") or any(g.policy not in (None, "gold")
+                                                                        for g in r.flows) else ""
+            ax.plot(x[:len(s)], s, color=palette[k](shade), lw=1, ls="--" if f.policy == "silver" else "-",
+                    label=f"{f.name} {f.cca} {f.rtt_ms:g} ms{pol}")
     xs, ys = [], []
     for p in r.phases:
         xs += [p.start_s, p.end_s]
@@ -518,8 +656,10 @@ def main(argv: Sequence[str]) -> int:
             {"start_s": p.start_s, "end_s": p.end_s, "counts": p.counts, "per_flow_mbps": p.per_flow_mbps,
              "class_mbps": p.class_mbps, "lc_ratio": p.lc_ratio, "jain": p.jain, "utilisation": p.utilisation,
              "delay_ms": p.delay_ms, "marks_pct": p.marks_pct, "drops_pct": p.drops_pct,
-             "group_per_flow_mbps": p.group_per_flow_mbps, "flow_mbps": p.flow_mbps}
-            for p in r.phases]} for r in results], indent=1, default=str) + "\n")
+             "group_per_flow_mbps": p.group_per_flow_mbps, "flow_mbps": p.flow_mbps,
+             "cca_per_flow_mbps": p.cca_per_flow_mbps, "policy_per_flow_mbps": p.policy_per_flow_mbps,
+             "gold_silver": p.gold_silver}
+            for p in r.phases], "queue": r.queue_kind} for r in results], indent=1, default=str) + "\n")
     return 0
 
 

@@ -13,6 +13,13 @@ offers ``prague``).
 
     sudo nice -n 10 .venv/bin/python testbed/l4s/run_experiments.py \\
         [--only l4s-dyn-cubic-vs-prague ...] [--out results/l4s] [--plots docs/l4s] [--md FILE]
+
+``--queue vdq_csaqm`` runs each named template's VDQ-CSAQM twin (``<name>-vdq``,
+make_scenarios.py) instead; ``--seeds 1 2 3`` runs every scenario once per seed
+into ``OUT/<name>/seed-<s>/`` (with ``run.json``: UTC start/end, load average
+before/after, Prague's source) and skips a seed whose run already finished, so
+an interrupted batch resumes where it stopped.  Paper 004 side by side:
+testbed/l4s/p004.py.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from ccswitch.testbed.scenario import ScenarioError, load_scenario
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE.parent / "scenarios"
+QUEUE_SUFFIX = {"dualpi2": "", "vdq_csaqm": "-vdq"}
+"""make_scenarios.QUEUE_SUFFIX: a template's file for each router queue."""
 DEFAULT_SET = (
     "l4s-dyn-cubic-vs-prague", "l4s-dyn-bbr-vs-prague", "l4s-dyn-pcc-vs-prague",
     "l4s-rttmix-cubic-vs-prague", "l4s-rttmix-bbr-vs-prague", "l4s-rttmix-pcc-vs-prague",
@@ -49,6 +58,46 @@ def prague_registered() -> Iterator[str]:
         h.close()
 
 
+def scenario_name(name: str, queue: str) -> str:
+    """*name*'s twin for *queue*: ``l4s-dyn-cubic-vs-prague`` -> ``l4s-dyn-cubic-vs-prague-vdq``."""
+    base = name.removesuffix(QUEUE_SUFFIX["vdq_csaqm"])
+    return base + QUEUE_SUFFIX[queue]
+
+
+def finished_run(seed_dir: Path) -> Path | None:
+    """The finished run folder under *seed_dir* (OUT/<name>/seed-<s>), if any."""
+    return next((r for r in sorted(seed_dir.glob("run-*")) if (r / "summary.json").is_file()), None)
+
+
+def run_seeds(sc, out: Path, seeds: Sequence[int], source: str) -> list[Path]:
+    """*sc* once per seed into OUT/<name>/seed-<s>/, skipping seeds already finished; with run.json."""
+    import dataclasses
+    import datetime
+    import json
+    import os
+
+    runs = []
+    for seed in seeds:
+        seed_dir = out / sc.name / f"seed-{seed}"
+        done = finished_run(seed_dir)
+        if done is not None:
+            print(f"run_experiments.py: {sc.name} seed {seed} already done ({done})", file=sys.stderr)
+            runs.append(done)
+            continue
+        t, load = time.monotonic(), os.getloadavg()
+        start = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        got = run_scenario(dataclasses.replace(sc, seeds=(seed,), repetitions=1), seed_dir, progress=False,
+                           plots=False)
+        (seed_dir / "run.json").write_text(json.dumps({
+            "scenario": sc.name, "seed": seed, "utc_start": start,
+            "utc_end": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "load_before": load, "load_after": os.getloadavg(), "took_s": round(time.monotonic() - t, 1),
+            "prague": source}) + "\n")
+        print(f"run_experiments.py: {sc.name} seed {seed} took {time.monotonic() - t:.0f} s", file=sys.stderr)
+        runs += got
+    return runs
+
+
 def _report_module():  # testbed/l4s/report.py (a script folder, not a package)
     spec = importlib.util.spec_from_file_location("l4s_report", HERE / "report.py")
     assert spec is not None and spec.loader is not None
@@ -65,10 +114,18 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--plots", type=Path, default=Path("docs/l4s"))
     ap.add_argument("--md", type=Path, help="tables as markdown (default: OUT/results.md)")
     ap.add_argument("--report-only", action="store_true", help="do not run; report the runs already in OUT")
+    ap.add_argument("--queue", choices=sorted(QUEUE_SUFFIX), help="run each name's twin for this router queue")
+    ap.add_argument("--seeds", type=int, nargs="+", help="one run per seed into OUT/<name>/seed-<s>/ (resumable)")
+    ap.add_argument("--no-report", action="store_true", help="run only (p004.py reports the seed folders)")
     a = ap.parse_args(argv)
     names = a.only or [n for n in DEFAULT_SET if (SCENARIOS / f"{n}.toml").is_file()]
+    if a.queue:
+        names = list(dict.fromkeys(scenario_name(n, a.queue) for n in names))
+        names = [n for n in names if a.only or (SCENARIOS / f"{n}.toml").is_file()]
     runs: list[Path] = []
-    if a.report_only:
+    if a.report_only and a.seeds:
+        runs = [r for n in names for s in a.seeds if (r := finished_run(a.out / n / f"seed-{s}")) is not None]
+    elif a.report_only:
         runs = [next(iter(sorted((a.out / n).glob("run-*"))), a.out / n) for n in names]
         runs = [r for r in runs if (r / "summary.json").is_file()]
     else:
@@ -80,9 +137,14 @@ def main(argv: Sequence[str]) -> int:
         with prague_registered() as source:
             print(f"run_experiments.py: prague from {source}; {len(scenarios)} scenario(s)", file=sys.stderr)
             for sc in scenarios:
+                if a.seeds:
+                    runs += run_seeds(sc, a.out, a.seeds, source)
+                    continue
                 t = time.monotonic()
                 runs += run_scenario(sc, a.out / sc.name, progress=True, plots=False)
                 print(f"run_experiments.py: {sc.name} took {time.monotonic() - t:.0f} s", file=sys.stderr)
+    if a.no_report:
+        return 0 if runs else 1
     rep = _report_module()
     md = a.md or a.out / "results.md"
     return rep.main([*map(str, runs), "--out", str(a.plots), "--md", str(md),
