@@ -111,14 +111,25 @@ def import_tshark_cmd(file: str, out: str, interval: float, cca: str, capture_id
 @click.option("--slim", is_flag=True, help="Keep only manifest, samples and scenario of each run.")
 @click.option("--dry-run", is_flag=True, help="List the runs and exit.")
 @click.option("--quiet", is_flag=True, help="A log line per run instead of the progress bar.")
+@click.option("--ray", "ray_address", metavar="auto|ADDRESS",
+              help="Capture each run as a task on a Ray cluster (docs/cluster.md); OUT is the same.")
+@click.option("--runs-per-node", type=click.IntRange(min=1),
+              help="With --ray: runs at once per node (default: its CPUs / 2).")
 def corpus_cmd(spec: str, out: str, backend: str | None, only: str | None, keep_going: bool, slim: bool,
-               dry_run: bool, quiet: bool) -> None:
-    """Capture the corpus matrix of SPEC (datasets/specs/*.toml) into OUT (needs root)."""
+               dry_run: bool, quiet: bool, ray_address: str | None, runs_per_node: int | None) -> None:
+    """Capture the corpus matrix of SPEC (datasets/specs/*.toml) into OUT (needs root).
+
+    Resumable: a run whose capture is complete in OUT is never repeated.  With --ray
+    each run is a Ray task on a cluster node (root there, set up as docs/cluster.md
+    says), captured into a node-local folder and unpacked into OUT where a local
+    capture writes it."""
     import re
 
     from .capture import CaptureError
     from .corpus import build_corpus, load_spec
 
+    if runs_per_node is not None and ray_address is None:
+        fail("--runs-per-node needs --ray")
     sp = load_spec(spec)
     pattern = re.compile(only) if only else None
     sel = (lambda r: bool(pattern.search(r.rel_dir))) if pattern else None
@@ -133,7 +144,7 @@ def corpus_cmd(spec: str, out: str, backend: str | None, only: str | None, keep_
     install_signal_handlers()
     try:
         build_corpus(sp, out, backend=backend, only=sel, keep_going=keep_going, slim=slim, progress=not quiet,
-                     log=lambda m: click.echo(m, err=True))
+                     log=lambda m: click.echo(m, err=True), ray_address=ray_address, runs_per_node=runs_per_node)
     except CaptureError as e:
         fail(e)
     from .card import template_for, write_card

@@ -29,7 +29,9 @@ So for every condition and time the trace of each CCA exists (the static
 arms), and the switch arms record what a switch does.  `build_corpus` runs
 what is missing (a capture with a manifest counts as done, so an interrupted
 build resumes), shows progress, and keeps ``corpus.json`` (the spec and an
-index) at the top of the output folder.
+index) at the top of the output folder.  With ``ray_address`` each run is a
+Ray task on a cluster node that captures into a node-local folder and sends it
+back packed; it lands where a local capture writes it (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -403,12 +405,31 @@ def _slim(run_dir: Path) -> None:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
+CAPTURE_FAILURES = (CaptureError, TraceError, OSError, RuntimeError)
+"""What a failed capture raises (the run failed; the corpus goes on with --keep-going)."""
+
+
+def _capture(run_dir: Path, spec: CorpusSpec, run: Run, backend: str, slim: bool,
+             progress: Callable[[float, float, dict[str, tuple[str, float]]], None] | None) -> None:
+    """One run into *run_dir* (a capture folder with its manifest), slimmed with *slim*."""
+    if backend == "bottleneck":
+        capture_bottleneck(run_dir, run.condition, run.arm, seed=run.seed, duration_s=spec.duration_s,
+                           interval_s=spec.interval_s, progress=progress)
+    else:
+        capture_runner(run_dir, spec, run, progress=False)
+    if slim:
+        _slim(run_dir)
+
+
 def build_corpus(spec: CorpusSpec, out_dir: str | Path, *, backend: str | None = None,
                  only: Callable[[Run], bool] | None = None, keep_going: bool = False, slim: bool = False,
-                 progress: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
+                 progress: bool = True, log: Callable[[str], None] = print, ray_address: str | None = None,
+                 runs_per_node: int | None = None) -> dict[str, Any]:
     """Capture every run of *spec* that *out_dir* does not hold yet; returns the corpus index.
 
     *slim* keeps only the manifest, the samples and the scenario of each capture.
+    *ray_address* ("auto" or a Ray address): each run is a Ray task on a cluster node
+    (:func:`_capture_on_ray`), *runs_per_node* at once per node; the folder is the same.
     """
     backend = backend or spec.backend
     if backend not in BACKENDS:
@@ -421,23 +442,23 @@ def build_corpus(spec: CorpusSpec, out_dir: str | Path, *, backend: str | None =
     todo = [r for r in runs if not _done(out / r.rel_dir)]
     log(f"corpus {spec.name}: {len(spec.conditions)} conditions x {len(spec.arms())} arms x {len(spec.seeds)} "
         f"seeds = {len(spec.runs)} runs; {len(runs) - len(todo)} done, {len(todo)} to capture "
-        f"(~{len(todo) * (spec.duration_s + 3) / 60:.0f} min, backend {backend})")
+        f"(~{len(todo) * (spec.duration_s + 3) / 60:.0f} min, backend {backend}"
+        + (f", on the Ray cluster {ray_address})" if ray_address is not None and todo else ")"))
     failures: list[str] = []
     t_start = time.monotonic()
     bar = _Bar(len(todo), enabled=progress)
     with bar:
-        for i, run in enumerate(todo):
+        if ray_address is not None and todo:
+            _capture_on_ray(todo, spec, out, backend, slim, keep_going, ray_address, runs_per_node, bar, log,
+                            failures)
+        for i, run in enumerate(todo if ray_address is None else ()):
             run_dir = out / run.rel_dir
             if run_dir.exists():
                 shutil.rmtree(run_dir)  # an interrupted attempt
             bar.start_run(i, run, spec.duration_s)
             try:
-                if backend == "bottleneck":
-                    capture_bottleneck(run_dir, run.condition, run.arm, seed=run.seed,
-                                       duration_s=spec.duration_s, interval_s=spec.interval_s, progress=bar.update)
-                else:
-                    capture_runner(run_dir, spec, run, progress=False)
-            except (CaptureError, TraceError, OSError, RuntimeError) as e:
+                _capture(run_dir, spec, run, backend, slim, bar.update)
+            except CAPTURE_FAILURES as e:
                 failures.append(f"{run.rel_dir}: {e}")
                 log(f"corpus {spec.name}: FAILED {run.rel_dir}: {e}")
                 shutil.rmtree(run_dir, ignore_errors=True)
@@ -445,8 +466,6 @@ def build_corpus(spec: CorpusSpec, out_dir: str | Path, *, backend: str | None =
                     _write_index(out, spec)
                     raise
             else:
-                if slim:
-                    _slim(run_dir)
                 if not bar.enabled:
                     log(f"corpus {spec.name}: [{i + 1}/{len(todo)}] {run.rel_dir} done "
                         f"({(time.monotonic() - t_start) / 60:.1f} min)")
@@ -455,6 +474,137 @@ def build_corpus(spec: CorpusSpec, out_dir: str | Path, *, backend: str | None =
     log(f"corpus {spec.name}: {index['runs_done']}/{index['runs_planned']} runs in {out} "
         f"({(time.monotonic() - t_start) / 60:.1f} min this time" + (f", {len(failures)} failed)" if failures else ")"))
     return index
+
+
+# ------------------------------------------------------------------- ray ---
+
+
+def capture_remote(spec_text: str, source: str, rel_dir: str, backend: str, slim: bool) -> dict[str, Any]:
+    """The body of one Ray task (on its node): the run captured into a node-local folder, packed.
+
+    The capture is a child process (``python -m ccswitch.datasets.corpus one``), not the
+    Ray worker itself: the namespace set-up forks (pyroute2), and a fork of a Ray worker
+    that receives a SIGTERM takes the worker down with it.  A cancelled task (Ctrl-C, a
+    failed run without --keep-going) stops the child's process group like a stopped
+    matrix run, and namespaces whose owner died are removed (never those of live runs)."""
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    from ccswitch.testbed.runs.matrix import _cleanup_namespaces, _kill, _last_error
+    from ccswitch.testbed.runs.raypool import pack
+
+    t0 = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="ccswitch-corpus-"))
+    result: dict[str, Any] = {"ok": False, "error": "", "node": socket.gethostname(), "tar": b""}
+    try:
+        (tmp / "spec.toml").write_text(spec_text)
+        argv = [sys.executable, "-m", "ccswitch.datasets.corpus", "one", str(tmp / "spec.toml"), rel_dir, str(tmp),
+                "--source", source, "--backend", backend, *(["--slim"] if slim else [])]
+        log = tmp / "capture.log"
+        with log.open("w") as fh:
+            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            try:
+                while True:
+                    try:
+                        rc = proc.wait(timeout=1.0)
+                        break
+                    except subprocess.TimeoutExpired:
+                        continue
+            except BaseException:  # the task was cancelled
+                _kill(proc)
+                raise
+            finally:
+                _cleanup_namespaces()
+        if rc == 0 and _done(tmp / rel_dir):
+            result.update(ok=True, tar=pack(tmp, [rel_dir]))
+        else:
+            result["error"] = f"exit {rc}: {_last_error(log)}"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result["wall_s"] = time.monotonic() - t0
+    return result
+
+
+def capture_one(spec_file: Path, rel_dir: str, root: Path, source: str, backend: str, slim: bool) -> None:
+    """The child of :func:`capture_remote`: run *rel_dir* of the spec into ROOT/*rel_dir*."""
+    from ccswitch.dataplane import install_signal_handlers
+
+    install_signal_handlers()
+    spec = parse_spec(spec_file.read_text(), source)
+    run = next((r for r in spec.runs if r.rel_dir == rel_dir), None)
+    if run is None:
+        raise SpecError(f"{source}: no run {rel_dir}")
+    _capture(root / rel_dir, spec, run, backend, slim, None)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The child process of one Ray task (``one``); the user-facing CLI is ``ccswitch dataset corpus``."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m ccswitch.datasets.corpus")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    one = sub.add_parser("one", help="one run of a corpus (what `dataset corpus --ray` starts per task)")
+    one.add_argument("spec", type=Path)
+    one.add_argument("rel_dir")
+    one.add_argument("root", type=Path)
+    one.add_argument("--source", default="")
+    one.add_argument("--backend", choices=BACKENDS, required=True)
+    one.add_argument("--slim", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        capture_one(args.spec, args.rel_dir, args.root, args.source or str(args.spec), args.backend, args.slim)
+    except Exception as e:  # the task reads the last error line of the log
+        print(f"corpus run: error: {type(e).__name__}: {' '.join(str(e).split())}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _capture_on_ray(todo: Sequence[Run], spec: CorpusSpec, out: Path, backend: str, slim: bool, keep_going: bool,
+                    address: str, runs_per_node: int | None, bar: _Bar, log: Callable[[str], None],
+                    failures: list[str]) -> None:
+    """*todo* as Ray tasks; each capture comes back packed and lands at OUT/CONDITION/ARM--sSEED."""
+    from ccswitch.testbed.runs.raypool import run_tasks, unpack
+
+    t_start = time.monotonic()
+    done = 0
+
+    def finish(run: Run, r: dict[str, Any] | None, why: str) -> None:
+        nonlocal done
+        done += 1
+        run_dir = out / run.rel_dir
+        if r is not None and r["ok"]:
+            try:
+                if run_dir.exists():
+                    shutil.rmtree(run_dir)  # an interrupted attempt
+                unpack(r["tar"], out, f"capture archive of {run.rel_dir}", under=run.rel_dir, error=CaptureError)
+                Capture.open(run_dir).validate()
+            except (CaptureError, TraceError, OSError) as e:
+                why = f"the capture from node {r['node']} did not unpack: {' '.join(str(e).split())}"
+        elif r is not None:
+            why = f"{r['error']} (node {r['node']})"
+        if why:
+            failures.append(f"{run.rel_dir}: {why}")
+            log(f"corpus {spec.name}: FAILED {run.rel_dir}: {why}")
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if not keep_going:
+                _write_index(out, spec)
+                raise CaptureError(f"{run.rel_dir}: {why}")
+        elapsed = time.monotonic() - t_start
+        eta = elapsed / done * (len(todo) - done)
+        eta_text = f"ETA {int(eta // 3600)}:{int(eta % 3600 // 60):02d}:{int(eta % 60):02d}"
+        bar.finish_run(done, run, eta_text, ok=not why)
+        if not why and not bar.enabled:
+            log(f"corpus {spec.name}: [{done}/{len(todo)}] {run.rel_dir} done on {r['node'] if r else '?'} "
+                f"({elapsed / 60:.1f} min, {eta_text})")
+        _write_index(out, spec)
+
+    bar.start_ray(len(todo))
+    run_tasks(capture_remote, todo, lambda run: (spec.text, spec.source, run.rel_dir, backend, slim), address=address,
+              runs_per_node=runs_per_node, on_done=finish, error=CaptureError, force_cancel=False,
+              cancel_wait_s=60.0)
 
 
 class _Bar:
@@ -488,9 +638,24 @@ class _Bar:
         if self._p is not None:
             self._p.update(self._task, completed=i, description=self._label)
 
+    def start_ray(self, total: int) -> None:
+        if self._p is not None:
+            self._p.update(self._task, completed=0, description=f"{total} runs on the Ray cluster")
+
+    def finish_run(self, done: int, run: Run, eta: str, ok: bool = True) -> None:
+        """Ray: *done* runs have come back, the last one *run*; *eta* from the mean time per run so far
+        (the ETA column needs two completions, and runs come back in bursts)."""
+        if self._p is not None:
+            self._p.update(self._task, completed=done, description=f"{run.condition.id} {run.arm.id} s{run.seed} "
+                                                                   f"{'back' if ok else 'FAILED'}, {eta}")
+
     def update(self, elapsed: float, total: float, latest: dict[str, tuple[str, float]]) -> None:
         if self._p is None:
             return
         rates = " ".join(f"{n}:{c} {b / 1e6:.1f}" for n, (c, b) in sorted(latest.items()))
         self._p.update(self._task, completed=self._i + min(elapsed / total, 1.0),
                        description=f"{self._label} [{elapsed:4.0f}/{total:g} s] {rates}")
+
+
+if __name__ == "__main__":
+    main()

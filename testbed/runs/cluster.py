@@ -12,6 +12,9 @@ results folder is the same whether the runs were local or remote.
   with linkemu, iperf3 and the daemons), so a node of C CPUs runs about
   C / that many at once.  Runs on one node never collide: each topology draws
   its own namespace ID, and addresses are per namespace.
+* The Ray side (import, connection, CPUs per run, the wait loop, packing) is
+  ``raypool.py``, shared with ``dataset corpus --ray``; this module is the
+  matrix's part: what a task runs and where its folder goes.
 * A node that dies takes its running tasks with it; Ray retries them on
   another node (``max_retries``).  A run that fails by itself (non-zero exit,
   its time bound) is an ordinary failed :class:`Outcome`, not retried here:
@@ -26,37 +29,22 @@ Nothing imports Ray unless ``--ray`` is given; it is the optional extra
 
 from __future__ import annotations
 
-import io
 import shutil
-import tarfile
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from .matrix import MatrixError, Outcome, Task, set_aside
+from .raypool import MAX_RETRIES, failure_text, pack, run_tasks, unpack
 
-MAX_RETRIES = 2
-"""Ray retries of a task whose worker or node died (not of runs that failed by themselves)."""
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise MatrixError("--ray needs Ray: pip install 'ccswitch[cluster]' (or .venv/bin/pip install -e '.[cluster]')"
-                          ) from None
-    return ray
+__all__ = ["MAX_RETRIES", "pack_run", "run_on_ray", "run_remote", "unpack_run"]
 
 
 def pack_run(results: Path, task: Task) -> bytes:
     """The run folder(s) and log of *task* under *results*, as a gzip tar relative to its arm folder."""
     arm_dir = results / task.scenario / task.arm
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for p in sorted(arm_dir.glob(f"seed-{task.seed}*")):
-            tar.add(p, arcname=p.name)
-    return buf.getvalue()
+    return pack(arm_dir, [p.name for p in sorted(arm_dir.glob(f"seed-{task.seed}*"))])
 
 
 def unpack_run(results: Path, task: Task, blob: bytes) -> None:
@@ -64,11 +52,7 @@ def unpack_run(results: Path, task: Task, blob: bytes) -> None:
     arm_dir = results / task.scenario / task.arm
     arm_dir.mkdir(parents=True, exist_ok=True)
     set_aside(task.run_dir(results))
-    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
-        for m in tar.getmembers():
-            if m.name.startswith(("/", "..")) or ".." in Path(m.name).parts:
-                raise MatrixError(f"run archive of {task.key} has an unsafe path {m.name!r}")
-        tar.extractall(arm_dir, filter="data")
+    unpack(blob, arm_dir, f"run archive of {task.key}", error=MatrixError)
 
 
 def run_remote(task: Task, policy: Path | None, timeout_s: float, guard: Sequence[str] = ()) -> dict[str, Any]:
@@ -86,45 +70,25 @@ def run_remote(task: Task, policy: Path | None, timeout_s: float, guard: Sequenc
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _cpus_per_run(ray: Any, runs_per_node: int | None) -> float:
-    cpus = [n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")]
-    smallest = min((c for c in cpus if c > 0), default=1.0)
-    per_node = runs_per_node or max(1, int(smallest) // 2)
-    if per_node < 1:
-        raise MatrixError(f"--runs-per-node must be >= 1, got {per_node}")
-    return smallest / per_node
-
-
 def run_on_ray(todo: Sequence[Task], results: Path, policy: Path | None, timeout_s: float, address: str,
                runs_per_node: int | None, on_done: Callable[[Outcome], None],
                guard: Sequence[str] = ()) -> list[Outcome]:
     """Run *todo* as Ray tasks on the cluster at *address* ("auto": the running one)."""
-    ray = _ray()
-    try:
-        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        raise MatrixError(f"--ray {address}: cannot connect to a Ray cluster ({' '.join(str(e).split())}); "
-                          "start one with `ray start --head` (docs/cluster.md)") from None
-    remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(run_remote)
-    cpus = _cpus_per_run(ray, runs_per_node)
-    refs = {remote.options(num_cpus=cpus).remote(t, policy, timeout_s, list(guard)): t for t in todo}
     outcomes: list[Outcome] = []
-    try:
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            task = refs[done[0]]
+
+    def finish(task: Task, r: dict[str, Any] | None, why: str) -> None:
+        if r is None:
+            o = Outcome(task, False, 0.0, why)
+        else:
             try:
-                r = ray.get(done[0])
                 unpack_run(results, task, r["tar"])
-                o = Outcome(task, bool(r["ok"]), float(r["wall_s"]), r["error"] + (f" (node {r['node']})"
-                                                                                    if r["error"] else ""))
-            except Exception as e:  # the task itself failed MAX_RETRIES + 1 times (node loss, Ray error)
-                o = Outcome(task, False, 0.0, f"Ray task failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}")
-            outcomes.append(o)
-            on_done(o)
-    except KeyboardInterrupt:
-        for ref in refs:
-            ray.cancel(ref, force=True)
-        raise
+                o = Outcome(task, bool(r["ok"]), float(r["wall_s"]),
+                            r["error"] + (f" (node {r['node']})" if r["error"] else ""))
+            except Exception as e:  # an archive that cannot be unpacked: as if the task had failed
+                o = Outcome(task, False, 0.0, failure_text(e))
+        outcomes.append(o)
+        on_done(o)
+
+    run_tasks(run_remote, todo, lambda t: (t, policy, timeout_s, list(guard)), address=address,
+              runs_per_node=runs_per_node, on_done=finish, error=MatrixError)
     return outcomes
