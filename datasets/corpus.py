@@ -436,6 +436,10 @@ def build_corpus(spec: CorpusSpec, out_dir: str | Path, *, backend: str | None =
         raise SpecError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend == "runner" and (why := runner_available()):
         raise CaptureError(why)
+    if ray_address is not None:  # before anything is written: a wrong address leaves no corpus folder
+        from ccswitch.testbed.runs.raypool import check_address
+
+        check_address(ray_address, CaptureError)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs = [r for r in spec.runs if only is None or only(r)]

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import tempfile
@@ -125,3 +126,25 @@ def test_unpack_refuses_paths_outside_the_run(tmp_path: Path) -> None:
         unpack(pack(tmp_path / "src", ["c2"]), tmp_path / "dst", "archive of c1/a--s1", under="c1/a--s1",
                error=CaptureError)
     assert not (tmp_path / "dst" / "c2").exists()
+
+
+def test_an_address_where_nothing_listens_is_one_line_at_once_and_writes_nothing(tmp_path: Path) -> None:
+    """``ray.init`` retries such an address for minutes; both commands check it first (a TCP
+    connect, 5 s at most; a closed local port answers at once) and leave no output folder."""
+    with socket.socket() as s:  # a local port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    spec = tmp_path / "tiny.toml"
+    spec.write_text(TINY_SPEC)
+    split = tmp_path / "split"
+    split.mkdir()
+    (split / "one.toml").write_text((Path(__file__).parent / "../testbed/scenarios/default.toml").read_text())
+    for argv, out in ((["dataset", "corpus", str(spec)], tmp_path / "corpus"),
+                      (["testbed", "matrix", "run", str(split), "--arms", "static"], tmp_path / "res")):
+        t0 = time.monotonic()
+        cp = subprocess.run([sys.executable, "-m", "ccswitch.cli", *argv, "--ray", dead, "--out", str(out)],
+                            capture_output=True, text=True, timeout=60)
+        assert time.monotonic() - t0 < 30, "the check must not wait for ray.init's retries"
+        assert cp.returncode != 0 and cp.stderr.count("\n") == 1, cp.stderr
+        assert f"--ray {dead}: cannot connect to a Ray cluster" in cp.stderr and "ray start --head" in cp.stderr
+        assert not out.exists(), f"{out} was written before the address was checked"

@@ -372,6 +372,10 @@ def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, 
     if problems := check_settings(settings):
         raise MatrixError(f"--guard: {problems[0]}")
     tasks = plan(folder, arms, seeds, scenarios=scenarios)
+    if ray_address is not None:  # before anything is written: a wrong address leaves no results folder
+        from .raypool import check_address
+
+        check_address(ray_address, MatrixError)
     results.mkdir(parents=True, exist_ok=True)
     effective = effective_guard(settings)
     check_same_guard(results, guard, effective)

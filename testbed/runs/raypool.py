@@ -10,7 +10,9 @@ what they have in common:
 * :func:`import_ray` -- Ray is the optional extra ``ccswitch[cluster]``;
   missing, a one-line error names the install command.  Nothing imports this
   module (or Ray) unless ``--ray`` is given.
-* :func:`connect` -- ``ray.init`` with a one-line error when no cluster answers.
+* :func:`connect` -- ``ray.init`` with a one-line error when no cluster answers
+  (:func:`check_address` first: a TCP connect with a timeout, because ``ray.init``
+  retries an address where nothing listens for minutes).
 * :func:`cpus_per_run` -- every task asks for ``min node CPUs / runs_per_node``
   CPUs (default runs_per_node = max(1, CPUs // 2): a run keeps about two cores
   busy), so a node of C CPUs runs about C / that many at once.
@@ -32,8 +34,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
-__all__ = ["INSTALL_HINT", "MAX_RETRIES", "ClusterError", "connect", "cpus_per_run", "failure_text", "import_ray",
-           "pack", "run_tasks", "unpack"]
+__all__ = ["INSTALL_HINT", "MAX_RETRIES", "ClusterError", "check_address", "connect", "cpus_per_run",
+           "failure_text", "import_ray", "pack", "run_tasks", "unpack"]
 
 MAX_RETRIES = 2
 """Ray retries of a task whose worker or node died (not of runs that failed by themselves)."""
@@ -59,9 +61,42 @@ def import_ray(error: type[Exception] = ClusterError) -> Any:
     return ray
 
 
+CONNECT_TIMEOUT_S = 5.0
+"""How long a HOST:PORT address may take to accept a TCP connection before ``--ray`` gives up."""
+
+
+def _unreachable(address: str) -> str | None:
+    """Why nothing listens at a ``[ray://]HOST:PORT`` address, or None (also for "auto").
+
+    ``ray.init`` retries an address where nothing listens for minutes; one TCP connect
+    with a timeout gives the user the one-line error at once."""
+    import socket
+
+    hostport = address.removeprefix("ray://")
+    if address == "auto" or ":" not in hostport:
+        return None
+    host, _, port = hostport.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            return None
+    except ValueError:
+        return f"{port!r} is not a port"
+    except OSError as e:
+        return f"nothing answers at {hostport} ({e.strerror or type(e).__name__})"
+
+
+def check_address(address: str, error: type[Exception] = ClusterError) -> None:
+    """One-line *error* if nothing listens at *address*: callers check before they write anything."""
+    why = _unreachable(address)
+    if why is not None:
+        raise error(f"--ray {address}: cannot connect to a Ray cluster ({why}); "
+                    "start one with `ray start --head` (docs/cluster.md)")
+
+
 def connect(address: str, error: type[Exception] = ClusterError) -> Any:
     """``ray.init`` at *address* ("auto": the running cluster); the ``ray`` module."""
     ray = import_ray(error)
+    check_address(address, error)
     try:
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
