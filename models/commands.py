@@ -69,7 +69,10 @@ def train_cmd(data: tuple[str, ...], out: str | None, episodes: int | None, seed
               help="End to end instead: run the dqn arm with POLICY over testbed/scenarios/matrix/SPLIT "
                    "(as root; ~40 s per scenario) and compare with the other arms' runs of that split.")
 @click.option("--baseline", type=click.Path(file_okay=False),
-              help="With --split: results of the other arms (default: results/matrix-SPLIT).")
+              help="With --split: results of the other arms (default: results/matrix-SPLIT; if it holds no "
+                   "results, the static and shipped-policy arms are run into it first).")
+@click.option("--no-baseline-runs", is_flag=True,
+              help="With --split: never run baseline arms; compare with what --baseline holds (maybe nothing).")
 @click.option("--seeds", type=click.IntRange(1, 20), default=1, show_default=True, help="With --split.")
 @click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True, help="With --split.")
 @click.option("--guard", "guard", multiple=True, metavar="KEY=VALUE",
@@ -81,8 +84,8 @@ def train_cmd(data: tuple[str, ...], out: str | None, episodes: int | None, seed
 @click.option("--no-plot", is_flag=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 def evaluate_cmd(policy: str | None, data: str | None, split: str, matrix_split: str | None,
-                 baseline: str | None, seeds: int, jobs: int, guard: tuple[str, ...], out: str | None,
-                 no_plot: bool, as_json: bool) -> None:
+                 baseline: str | None, no_baseline_runs: bool, seeds: int, jobs: int, guard: tuple[str, ...],
+                 out: str | None, no_plot: bool, as_json: bool) -> None:
     """Evaluate POLICY (default: the shipped models/policy.json) offline on held-out traces, or
     end to end on the dev or test split of the scenario space (--split).
 
@@ -94,7 +97,7 @@ def evaluate_cmd(policy: str | None, data: str | None, split: str, matrix_split:
     from dataclasses import asdict
 
     if matrix_split:
-        _evaluate_matrix(policy, matrix_split, baseline, seeds, jobs, guard, out)
+        _evaluate_matrix(policy, matrix_split, baseline, seeds, jobs, guard, out, run_baseline=not no_baseline_runs)
         return
 
     from ccswitch.envs.cc_env import CongestionControlEnv
@@ -141,7 +144,7 @@ def evaluate_cmd(policy: str | None, data: str | None, split: str, matrix_split:
 
 
 def _evaluate_matrix(policy: str | None, split: str, baseline: str | None, seeds: int, jobs: int,
-                     guard: tuple[str, ...], out: str | None) -> None:
+                     guard: tuple[str, ...], out: str | None, *, run_baseline: bool = True) -> None:
     from ccswitch.testbed.runs.matrix import MatrixError
 
     from .evaluate_matrix import evaluate_on_split
@@ -155,7 +158,8 @@ def _evaluate_matrix(policy: str | None, split: str, baseline: str | None, seeds
     try:
         doc, failed = evaluate_on_split(Path(str(pol.path)), split, out_dir,
                                         baseline=Path(baseline) if baseline else None, seeds=seeds, jobs=jobs,
-                                        guard=guard)
+                                        guard=guard, run_baseline=run_baseline,
+                                        log=lambda m: click.echo(m, err=True))
     except (MatrixError, ValueError) as e:
         fail(e)
     click.echo(doc, nl=False)

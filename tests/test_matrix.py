@@ -288,3 +288,22 @@ def test_parallel_matrix_holds_pcc_so_a_run_ending_cannot_take_it_away(require) 
     assert not _pcc_still_there()  # released with the matrix
     with _pcc_held(1):
         assert "pcc" not in available_ccas()  # one job: nothing held, runs register their own
+
+
+def test_evaluate_fills_a_missing_baseline_with_static_and_the_shipped_policy(tmp_path: Path) -> None:
+    """`ccswitch evaluate --split`: a fresh clone has no baseline runs (run folders are not
+    committed); evaluate then runs static and the shipped policy there first, only static when
+    the candidate is the shipped policy, nothing when the folder holds the user's own runs, and it
+    resumes a fill it started (its mark file)."""
+    from ccswitch.models.evaluate_matrix import BASELINE_MARK, baseline_plan
+    from ccswitch.models.policy import DEFAULT_POLICY
+
+    other = tmp_path / "candidate.json"
+    other.write_bytes(DEFAULT_POLICY.read_bytes() + b" ")  # another file, same content but one byte
+    base = tmp_path / "matrix-dev"
+    assert baseline_plan(other, base) == ["static", "dqn"]
+    assert baseline_plan(DEFAULT_POLICY, base) == ["static"]
+    _fake_run(base, "s1", "static", 1, True, 0.9)
+    assert baseline_plan(other, base) == []  # the user's own baseline: left as it is
+    (base / BASELINE_MARK).write_text("filled by ccswitch evaluate\n")
+    assert baseline_plan(other, base) == ["static", "dqn"]  # ours, interrupted: resumed
