@@ -159,6 +159,7 @@ def test_report_reads_vdq_classes_policies_and_ctvs(tmp_path: Path) -> None:
     assert p1.policy_per_flow_mbps == pytest.approx({"Classic gold": 39.0, "Classic silver": 10.0,
                                                      "L4S gold": 30.0, "L4S silver": 10.0})
     assert p1.delay_ms["L4S"]["mean"] == pytest.approx(0.2) and p1.delay_ms["Classic"]["max"] == pytest.approx(6.0)
+    assert "L4S" not in p0.delay_ms and "Classic" not in p2.delay_ms  # no flow of the class: no delay reported
     md = rep.markdown([r])
     assert "CTV_0 (L4S VQ) mean / max" in md and "| 1000 / 2000 | 3000 / 4000 | 0 / 0, 1 / 2 |" in md
     assert "do not exist here" in md and "p' mean / max" not in md  # no DualPI2 columns for a VDQ run

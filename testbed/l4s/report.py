@@ -368,6 +368,8 @@ def analyse(run_dir: Path) -> RunResult:
         if qt:
             qi_all = [i for i, t in enumerate(qt) if lo < t - 0.5 < b]
             for k in CLASSES:
+                if not counts[k]:  # no flow of the class in the phase: a boundary interval's packets are not its delay
+                    continue
                 q = queue[QUEUE_OF[k]]
                 qi = [i for i in qi_all if q["bytes"][i] > 0]  # intervals in which the queue sent something
                 pk = [q["bytes"][i] for i in qi]  # weights: the mean is over packets ~ bytes

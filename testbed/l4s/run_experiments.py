@@ -58,6 +58,25 @@ def prague_registered() -> Iterator[str]:
         h.close()
 
 
+@contextlib.contextmanager
+def pcc_held(needed: bool) -> Iterator[None]:
+    """Hold a PCC registration of this process while the runs last (when a scenario has PCC flows).
+
+    PCC's registration is kernel-wide and belongs to the process that made it: when another testbed
+    job's run ends, `pcc` can vanish while one of these runs starts its PCC flows ("unable to set
+    TCP_CONGESTION"; seen in 4 of 51 runs for docs/l4s.md "Paper 004").  As matrix.py's _pcc_held."""
+    handle = None
+    if needed:
+        from ccswitch.bpf.pcc import ensure_pcc
+
+        handle = ensure_pcc()
+    try:
+        yield
+    finally:
+        if handle is not None:
+            handle.close()
+
+
 def scenario_name(name: str, queue: str) -> str:
     """*name*'s twin for *queue*: ``l4s-dyn-cubic-vs-prague`` -> ``l4s-dyn-cubic-vs-prague-vdq``."""
     base = name.removesuffix(QUEUE_SUFFIX["vdq_csaqm"])
@@ -134,7 +153,7 @@ def main(argv: Sequence[str]) -> int:
         except ScenarioError as e:
             print(f"run_experiments.py: {e}", file=sys.stderr)
             return 2
-        with prague_registered() as source:
+        with prague_registered() as source, pcc_held(any(f.cca == "pcc" for sc in scenarios for f in sc.flows)):
             print(f"run_experiments.py: prague from {source}; {len(scenarios)} scenario(s)", file=sys.stderr)
             for sc in scenarios:
                 if a.seeds:
