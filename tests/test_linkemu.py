@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -231,8 +232,13 @@ def test_wifi_medium_through_the_real_emulator(linkemu: Path, require: Callable[
         cfg = emulator_config(topo.client_ifs, topo.server_if, uplink=link(100, 5), downlink=link(100, 5), wifi=wifi)
         with Emulator(topo.router, cfg) as emu:
             rtts = [_ping_rtts(ns, topo.server_addr, 10) for ns in topo.clients]
-    # 10 ms of wire delay plus two WiFi exchanges (access + airtime), each well under 1 ms idle.
-    assert all(10.0 < x < 12.0 for r in rtts for x in r), rtts
+    # 10 ms of wire delay plus two WiFi exchanges (access + airtime), each well under 1 ms idle: no ping
+    # below the wire delay, the median of each client within 10-12 ms, and 8 of its 10 pings too (a CI run
+    # of 26 Nov had one ping of 20 above 12 ms among 10.4-11.0: the scheduler of a shared 2-core VM, as in
+    # test_ping_rtt_equals_configured_delay above; a missing WiFi exchange or a wrong delay moves the median)
+    for r in rtts:
+        assert len(r) == 10 and min(r) > 10.0, rtts
+        assert 10.0 < statistics.median(r) < 12.0 and sum(x < 12.0 for x in r) >= 8, rtts
     assert emu.summary is not None
     w = emu.summary["wifi"]
     assert w["airtime_utilisation"] > 0

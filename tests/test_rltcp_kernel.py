@@ -4,8 +4,11 @@ Set-up (root, netns, BPF, linkemu): the testbed topology with one client,
 linkemu in the router as the paper's bottleneck -- 10 Mbit/s uplink with a
 100-packet FIFO, 20 ms each way (base RTT ~40 ms, the conditions the agent
 was trained on; this kernel has no netem), 100 Mbit/s downlink.  The policy
-server (a separate process, the shipped default agent, models/rltcp_agent_delay.json) runs in the
-server's namespace, so its answers cross the emulated link; the sender loop
+server (a separate process, `--agent rl-tcp` with the paper-reward agent,
+models/rltcp_agent_paper.json: it walks the window from slow start's down to a few packets, so
+"the agent moves the window" is a property of every run; the shipped default, the delay-reward
+agent, may hold a steady window with x1 for all 80 steps, which an echoing server would also
+show) runs in the server's namespace, so its answers cross the emulated link; the sender loop
 (``python -m ccswitch.remote.sender``, local agent none, its 0.3 s kernel
 deadline, 0.3 s to wait for an answer) in the client's; one iperf3 flow on
 ``remote`` for 8 s.
@@ -40,13 +43,14 @@ from ccswitch.testbed.runs.netns import popen_in, stop_process, wait_for_stderr
 from ccswitch.testbed.runs.topology import Topology
 
 pytestmark = pytest.mark.kernel
+PAPER_AGENT = DEFAULT_AGENT.with_name("rltcp_agent_paper.json")
 RATE_MBIT, DELAY_MS = 10.0, 20.0
 PORT, IPERF_PORT = 7181, 5481
 FLOW_S = 8
 
 
 def test_served_rltcp_agent_drives_the_flow(require, iperf3, tmp_path: Path) -> None:
-    assert DEFAULT_AGENT.exists(), f"{DEFAULT_AGENT} is missing (python -m ccswitch.models.dqn_rltcp)"
+    assert PAPER_AGENT.exists(), f"{PAPER_AGENT} is missing (python -m ccswitch.models.dqn_rltcp)"
     require(binary_path().is_file(), f"linkemu is not built ({binary_path()}); run scripts/setup.sh")
     key = tmp_path / "key"
     write_key(key)
@@ -60,7 +64,8 @@ def test_served_rltcp_agent_drives_the_flow(require, iperf3, tmp_path: Path) -> 
             with Emulator(topo.router, cfg, stats_dir=tmp_path / "emu"):
                 server = popen_in(topo.server, [sys.executable, "-c", "from ccswitch.cli import main; main()",
                                                 "policy", "serve", "--listen", f"{topo.server_addr}:{PORT}", "--key",
-                                                str(key), "--no-cca", "--agent", "rl-tcp"], stderr=subprocess.PIPE)
+                                                str(key), "--no-cca", "--agent", "rl-tcp", "--agent-file",
+                                                str(PAPER_AGENT)], stderr=subprocess.PIPE)
                 wait_for_stderr(server, b"listening on")
                 controller = popen_in(topo.clients[0], [
                     sys.executable, "-m", "ccswitch.remote.sender", "--server", f"{topo.server_addr}:{PORT}",
