@@ -16,8 +16,10 @@ Order of preference, so that loading is idempotent and never duplicates:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +77,30 @@ def _shared_pcc() -> PccHandle:
         return PccHandle(SHARED, fd)
     # without CAP_SYS_ADMIN the map ids cannot be walked: absence proves nothing
     return PccHandle(SHARED_UNSEEDED if missing_capabilities(["CAP_SYS_ADMIN"]) else KERNEL, None)
+
+
+@contextlib.contextmanager
+def pcc_held(needed: bool = True, on_error: Callable[[Exception], None] | None = None) -> Iterator[None]:
+    """Hold a PCC registration of this process for the block (nothing when not *needed*).
+
+    PCC's registration is kernel-wide and belongs to the process that made it: when a run whose
+    daemon registered it ends, `pcc` is gone until another daemon registers it again, and a
+    concurrent run that starts a PCC flow in that moment fails ("unable to set TCP_CONGESTION").
+    Held by the process that starts the runs, it outlives every run.  *on_error*: called instead
+    of raising when the registration cannot be made (the runs then register it themselves)."""
+    handle = None
+    if needed:
+        try:
+            handle = ensure_pcc()
+        except Exception as e:
+            if on_error is None:
+                raise
+            on_error(e)
+    try:
+        yield
+    finally:
+        if handle is not None:
+            handle.close()
 
 
 def ensure_pcc(obj_path: Path = OBJ_PATH) -> PccHandle:

@@ -276,17 +276,17 @@ def test_parallel_matrix_holds_pcc_so_a_run_ending_cannot_take_it_away(require) 
     """PCC's registration belongs to the process that made it.  Without a holder, a run's daemon
     that registered it takes it away when it exits (the race that failed one of 60 parallel runs);
     with --jobs > 1 the matrix process holds its own for the whole matrix."""
+    from ccswitch.bpf.pcc import pcc_held  # what run_matrix holds with pcc_held(jobs > 1)
     from ccswitch.host import available_ccas
-    from ccswitch.testbed.runs.matrix import _pcc_held
 
     require("pcc" not in available_ccas(), "pcc is registered by another process (a daemon or testbed run)")
     child = "from ccswitch.bpf.pcc import ensure_pcc; h = ensure_pcc(); print(h.source)"
     assert not _pcc_after(child)  # the race: the registrar ended, pcc is gone
-    with _pcc_held(2):
+    with pcc_held(True):  # --jobs 2
         assert "pcc" in available_ccas()
         assert _pcc_after(child)  # the child only shared it
     assert not _pcc_still_there()  # released with the matrix
-    with _pcc_held(1):
+    with pcc_held(False):  # --jobs 1
         assert "pcc" not in available_ccas()  # one job: nothing held, runs register their own
 
 

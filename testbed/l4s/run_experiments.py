@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ccswitch.bpf.pcc import pcc_held
 from ccswitch.testbed.runs.runner import run_scenario
 from ccswitch.testbed.scenario import ScenarioError, load_scenario
 
@@ -56,25 +57,6 @@ def prague_registered() -> Iterator[str]:
         yield h.source
     finally:
         h.close()
-
-
-@contextlib.contextmanager
-def pcc_held(needed: bool) -> Iterator[None]:
-    """Hold a PCC registration of this process while the runs last (when a scenario has PCC flows).
-
-    PCC's registration is kernel-wide and belongs to the process that made it: when another testbed
-    job's run ends, `pcc` can vanish while one of these runs starts its PCC flows ("unable to set
-    TCP_CONGESTION"; seen in 4 of 51 runs for docs/l4s.md "Paper 004").  As matrix.py's _pcc_held."""
-    handle = None
-    if needed:
-        from ccswitch.bpf.pcc import ensure_pcc
-
-        handle = ensure_pcc()
-    try:
-        yield
-    finally:
-        if handle is not None:
-            handle.close()
 
 
 def scenario_name(name: str, queue: str) -> str:
@@ -153,6 +135,8 @@ def main(argv: Sequence[str]) -> int:
         except ScenarioError as e:
             print(f"run_experiments.py: {e}", file=sys.stderr)
             return 2
+        # a PCC registration of this process: another job's run ending cannot take `pcc` from these
+        # runs (seen in 4 of 51 runs for docs/l4s.md "Paper 004")
         with prague_registered() as source, pcc_held(any(f.cca == "pcc" for sc in scenarios for f in sc.flows)):
             print(f"run_experiments.py: prague from {source}; {len(scenarios)} scenario(s)", file=sys.stderr)
             for sc in scenarios:

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -399,7 +399,11 @@ def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, 
             outcomes = run_on_ray(todo, results, policy, timeout_s, ray_address, runs_per_node,
                                   lambda o: _record(o, results, prog), guard=guard)
         else:
-            with _pcc_held(jobs):
+            from ccswitch.bpf.pcc import pcc_held
+
+            # parallel runs share this process's PCC registration: a run ending cannot take it from
+            # another (seen once in 60 runs of the test split)
+            with pcc_held(jobs > 1, on_error=_pcc_not_held):
                 outcomes = _run_local(todo, results, policy, timeout_s, jobs, prog, guard)
     finally:
         signal.signal(signal.SIGTERM, old_term)
@@ -412,29 +416,9 @@ def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, 
     return outcomes
 
 
-@contextlib.contextmanager
-def _pcc_held(jobs: int) -> Iterator[None]:
-    """With parallel runs, hold a PCC registration of this process for the whole matrix.
-
-    PCC's registration is kernel-wide and belongs to the process that made it: when the run
-    whose daemon registered it ends, `pcc` is gone until another daemon notices and registers
-    it again, and a run of the other job that starts a PCC flow in that moment fails
-    ("unable to set TCP_CONGESTION"; seen once in 60 runs of the test split).  Held here, the
-    runs' daemons share this registration and it outlives every run."""
-    handle = None
-    if jobs > 1:
-        try:
-            from ccswitch.bpf.pcc import ensure_pcc
-
-            handle = ensure_pcc()
-        except Exception as e:  # the runs register it themselves, as with --jobs 1
-            print(f"matrix: cannot hold PCC for the parallel runs ({e}); a run that starts a PCC flow "
-                  "while another run ends may fail (rerun resumes it)", file=sys.stderr)
-    try:
-        yield
-    finally:
-        if handle is not None:
-            handle.close()
+def _pcc_not_held(e: Exception) -> None:
+    print(f"matrix: cannot hold PCC for the parallel runs ({e}); a run that starts a PCC flow "
+          "while another run ends may fail (rerun resumes it)", file=sys.stderr)
 
 
 def _term_as_interrupt(signum: int, frame: Any) -> None:
