@@ -109,6 +109,7 @@ def flow_map_entries(pid: int) -> int:
             obj = BpfObject(OBJ_PATH)
             try:
                 obj.reuse_map_fd("ccs_flow_sk", fd)
+                obj.set_max_entries("ccs_records", 1)  # the counter writes no records
                 for prog in ("ccs_sockops", "ccs_sample", "ccs_sample_tracked"):
                     obj.set_autoload(prog, False)
                 obj.load()

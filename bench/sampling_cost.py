@@ -7,7 +7,8 @@ alike) and timed per pass, wall and CPU (the sampling thread's own: the
 kernel iterator + the read):
 
   * tracked -- iter/bpf_sk_storage_map over the monitor's socket storage: what
-    the monitor runs every tick (bpf/monitor.py);
+    the monitor runs once per decision interval (bpf/monitor.py), records
+    read from its memory-mapped array;
   * full    -- iter/tcp over the kernel's whole TCP hash table (262,144
     buckets whatever the number of sockets): what every tick ran before, and
     what still runs every FULL_WALK_EVERY_S as a safety net.

@@ -88,6 +88,8 @@ _proto("bpf_program__attach_iter", _vp, _vp, _vp)
 _proto("bpf_map__fd", ctypes.c_int, _vp)
 _proto("bpf_map__set_map_flags", ctypes.c_int, _vp, ctypes.c_uint32)
 _proto("bpf_map__map_flags", ctypes.c_uint32, _vp)
+_proto("bpf_map__set_max_entries", ctypes.c_int, _vp, ctypes.c_uint32)
+_proto("bpf_map__max_entries", ctypes.c_uint32, _vp)
 _proto("bpf_map__reuse_fd", ctypes.c_int, _vp, ctypes.c_int)
 _proto("bpf_map__attach_struct_ops", _vp, _vp)
 _proto("bpf_map__key_size", ctypes.c_uint32, _vp)
@@ -337,6 +339,14 @@ class BpfObject:
     def set_map_flags(self, name: str, flags: int) -> None:
         ptr = self._map_ptr(name)
         _lib.bpf_map__set_map_flags(ptr, _lib.bpf_map__map_flags(ptr) | flags)
+
+    def set_max_entries(self, name: str, n: int) -> None:
+        rc = _lib.bpf_map__set_max_entries(self._map_ptr(name), n)
+        if rc < 0:
+            raise _err(f"setting max_entries of map {name} to {n}", rc)
+
+    def max_entries(self, name: str) -> int:
+        return _lib.bpf_map__max_entries(self._map_ptr(name))
 
     def reuse_map_fd(self, name: str, fd: int) -> None:
         """Share an existing map (e.g. one owned by another object) instead of creating one."""

@@ -19,7 +19,9 @@
  *	sockets the monitor tracks: those holding an entry of the socket-local
  *	storage map ccs_flow_sk (created by sockops on ESTABLISHED, freed with
  *	the socket or on TCP_CLOSE).  Writes one struct flow_record each: the
- *	kernel's cumulative counters merged with the sockops RTT state.  Its
+ *	kernel's cumulative counters merged with the sockops RTT state, into
+ *	the memory-mapped array ccs_records (the iterator's own output carries
+ *	only what does not fit, then the pass's record count).  Its
  *	cost follows the number of tracked sockets, not the size of the
  *	kernel's TCP hash table (262,144 buckets walked by iter/tcp whatever
  *	the number of flows).
@@ -68,7 +70,21 @@ struct {
 	__type(value, struct flow_rtt);
 } ccs_flow_sk SEC(".maps");
 
-/* Scratch record: too large for the 512-byte stack together with locals. */
+/* Where a sampling pass writes its records, read by user space through mmap.
+ * Writing to the iterator's seq_file instead costs a read() per 32 KiB
+ * (~136 records), and each read() restarts the storage map's walk by
+ * skipping from the head of its bucket (2 buckets on a 2-CPU host): the
+ * skips grow with the square of the tracked sockets (~4 of 10 ms at 10,000). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, CCS_RECORD_SLOTS);	/* user space may resize it before load */
+	__type(key, __u32);
+	__type(value, struct flow_record);
+} ccs_records SEC(".maps");
+
+/* Scratch record for records beyond CCS_RECORD_SLOTS (the seq_file path):
+ * too large for the 512-byte stack together with locals. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -165,8 +181,8 @@ static __always_inline void fill_addresses(struct flow_record *r, struct sock *s
 		r->saddr[0] = sk->__sk_common.skc_rcv_saddr;
 		r->daddr[0] = sk->__sk_common.skc_daddr;
 	} else {
-		BPF_CORE_READ_INTO(&r->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32);
-		BPF_CORE_READ_INTO(&r->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr32);
+		__builtin_memcpy(r->saddr, sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32, 16);
+		__builtin_memcpy(r->daddr, sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32, 16);
 	}
 }
 
@@ -190,23 +206,49 @@ static __always_inline void subscribe_callbacks(struct sock *sk, struct tcp_sock
 	bpf_setsockopt(sk, SOL_TCP, TCP_BPF_SOCK_OPS_CB_FLAGS, &flags, sizeof(flags));
 }
 
+/* bpf_ktime_get_ns() costs ~100 ns on these VMs, a third of a record: a pass
+ * reads the clock on its first record and then once per TS_REFRESH_RECORDS,
+ * so a record's ts_ns is at most ~64 records (~20 us) older than its
+ * counters.  Passes of one loaded object run one at a time (one reader). */
+#define TS_REFRESH_RECORDS 64
+__u64 ccs_pass_ts_ns = 0;
+__u64 ccs_pass_records = 0;	/* records of the running pass so far */
+
+static __always_inline __u64 record_ts_ns(const struct bpf_iter_meta *meta)
+{
+	if ((meta->seq_num & (TS_REFRESH_RECORDS - 1)) == 0)
+		ccs_pass_ts_ns = bpf_ktime_get_ns();
+	return ccs_pass_ts_ns;
+}
+
+/* The CCA's name (TCP_CA_NAME_MAX = 16 bytes, NUL-padded by the kernel) as two
+ * direct 8-byte loads from the trusted ops pointer: a bpf_probe_read_kernel_str
+ * call per socket cost ~100 ns of a ~450 ns record. */
+static __always_inline void copy_cca_name(char *dst, const struct tcp_congestion_ops *ops)
+{
+	const __u64 *src = (const __u64 *)ops->name;
+
+	((__u64 *)dst)[0] = src[0];
+	((__u64 *)dst)[1] = src[1];
+}
+
 /* One record from a full TCP socket and its monitor state (fr may be NULL). */
 static __always_inline void fill_record(struct flow_record *r, struct sock *sk, struct tcp_sock *tp,
-					struct flow_rtt *fr)
+					struct flow_rtt *fr, __u64 ts_ns)
 {
 	struct cgroup *cg;
 
 	__builtin_memset(r, 0, sizeof(*r));
 	r->cookie = bpf_get_socket_cookie(sk);
-	r->netns_cookie = BPF_CORE_READ(sk, __sk_common.skc_net.net, net_cookie);
-	cg = BPF_CORE_READ(sk, sk_cgrp_data.cgroup);
+	r->netns_cookie = sk->__sk_common.skc_net.net->net_cookie;
+	cg = sk->sk_cgrp_data.cgroup;
 	if (cg)
-		r->cgroup_id = BPF_CORE_READ(cg, kn, id);
-	r->ts_ns = bpf_ktime_get_ns();
+		r->cgroup_id = cg->kn->id;
+	r->ts_ns = ts_ns;
 	fill_addresses(r, sk);
 	r->state = sk->__sk_common.skc_state;
-	r->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
-	bpf_probe_read_kernel_str(r->cca, sizeof(r->cca), tp->inet_conn.icsk_ca_ops->name);
+	r->ca_state = BPF_CORE_READ_BITFIELD(&tp->inet_conn, icsk_ca_state);
+	copy_cca_name(r->cca, tp->inet_conn.icsk_ca_ops);
 
 	r->bytes_acked = tp->bytes_acked;
 	r->bytes_sent = tp->bytes_sent;
@@ -241,28 +283,66 @@ static __always_inline void fill_record(struct flow_record *r, struct sock *sk, 
 	}
 }
 
+/* One record of the pass: into the next slot of ccs_records, or past the
+ * slots (the lookup finds none) into the seq_file.  A record the seq_file
+ * had no room for is shown again by the next read() and counted twice, but
+ * only past the slots, where user space takes the seq_file's own length. */
+static __always_inline void emit_record(struct bpf_iter_meta *meta, struct sock *sk, struct tcp_sock *tp,
+					struct flow_rtt *fr)
+{
+	__u32 slot, zero = 0;
+	struct flow_record *r;
+	__u64 ts_ns;
+
+	ts_ns = record_ts_ns(meta);
+	slot = ccs_pass_records;
+	r = bpf_map_lookup_elem(&ccs_records, &slot);
+	if (r) {
+		fill_record(r, sk, tp, fr, ts_ns);
+	} else {
+		r = bpf_map_lookup_elem(&ccs_rec_scratch, &zero);
+		if (!r)
+			return;
+		fill_record(r, sk, tp, fr, ts_ns);
+		bpf_seq_write(meta->seq, r, sizeof(*r));
+	}
+	ccs_pass_records++;
+}
+
+/* Every call of a pass starts here: its first call (a socket or, for an
+ * empty pass, the last call) resets the count. */
+static __always_inline void begin_call(const struct bpf_iter_meta *meta)
+{
+	if (meta->seq_num == 0)
+		ccs_pass_records = 0;
+}
+
+/* The iterator's last call (no socket): the pass's record count ends the stream. */
+static __always_inline void end_pass(struct bpf_iter_meta *meta)
+{
+	bpf_seq_write(meta->seq, &ccs_pass_records, sizeof(ccs_pass_records));
+}
+
 SEC("iter/bpf_sk_storage_map")
 int ccs_sample_tracked(struct bpf_iter__bpf_sk_storage_map *ctx)
 {
 	struct flow_rtt *fr = ctx->value;
 	struct sock *sk = ctx->sk;
-	struct flow_record *r;
 	struct tcp_sock *tp;
-	__u32 zero = 0;
 
-	if (!sk || !fr)
+	begin_call(ctx->meta);
+	if (!sk || !fr) {
+		if (!sk)
+			end_pass(ctx->meta);
 		return 0;
+	}
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return 0;
 	sk = (struct sock *)tp;
 	if (sk->__sk_common.skc_state == TCP_LISTEN_)
 		return 0;
-	r = bpf_map_lookup_elem(&ccs_rec_scratch, &zero);
-	if (!r)
-		return 0;
-	fill_record(r, sk, tp, fr);
-	bpf_seq_write(ctx->meta->seq, r, sizeof(*r));
+	emit_record(ctx->meta, sk, tp, fr);
 	return 0;
 }
 
@@ -270,22 +350,20 @@ SEC("iter/tcp")
 int ccs_sample(struct bpf_iter__tcp *ctx)
 {
 	struct sock_common *skc = ctx->sk_common;
-	struct flow_record *r;
 	struct flow_rtt *fr;
 	struct tcp_sock *tp;
 	struct sock *sk;
-	__u32 zero = 0;
 
-	if (!skc)
+	begin_call(ctx->meta);
+	if (!skc) {
+		end_pass(ctx->meta);
 		return 0;
+	}
 	tp = bpf_skc_to_tcp_sock(skc);
 	if (!tp)
 		return 0;
 	sk = (struct sock *)tp;
 	if (sk->__sk_common.skc_state == TCP_LISTEN_)
-		return 0;
-	r = bpf_map_lookup_elem(&ccs_rec_scratch, &zero);
-	if (!r)
 		return 0;
 	fr = bpf_sk_storage_get(&ccs_flow_sk, sk, NULL, 0);
 	if (!fr && sk->__sk_common.skc_state == TCP_ESTABLISHED_) {
@@ -295,8 +373,7 @@ int ccs_sample(struct bpf_iter__tcp *ctx)
 		if (fr)
 			fr->first_seen_ns = bpf_ktime_get_ns();
 	}
-	fill_record(r, sk, tp, fr);
-	bpf_seq_write(ctx->meta->seq, r, sizeof(*r));
+	emit_record(ctx->meta, sk, tp, fr);
 	return 0;
 }
 

@@ -18,6 +18,14 @@
 
 #define CCS_MAX_FLOWS 65536
 
+/* Records a sampling pass writes into the memory-mapped array ccs_records
+ * (16,384 x 240 B = 3.75 MiB of kernel memory; user space maps it read-only
+ * and may set another size before load: Monitor(record_slots=N)).
+ * Records beyond it go through the iterator's seq_file as before.  The pass's
+ * seq_file stream then holds those overflow records and ends with the pass's
+ * record count (__u64). */
+#define CCS_RECORD_SLOTS 16384
+
 struct flow_rtt {
 	__u64 samples;		/* RTT samples seen by BPF_SOCK_OPS_RTT_CB */
 	__u64 absdiff_sum_us;	/* sum of |rtt_i - rtt_{i-1}|, microseconds */

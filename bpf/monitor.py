@@ -11,6 +11,12 @@ runs on the first snapshot and then every FULL_WALK_EVERY_S, to adopt
 sockets that predate the monitor or escaped its sockops hook (a socket in
 a cgroup outside the hooked one).  Both passes write the same records.
 
+A pass writes its first RECORD_SLOTS records into the memory-mapped array
+ccs_records and the rest, if any, into the iterator's output, which ends
+with the pass's record count (monitor.bpf.c says why: an output read in
+32 KiB pieces made the storage walk restart ~70 times at 10,000 sockets).
+Passes of one Monitor run one at a time (a lock): they share that array.
+
 Some kernels refuse map-element iterators (iter/bpf_sk_storage_map,
 iter/bpf_map_elem, iter/sockmap) with EPERM even to root: seen on a 6.18
 Firecracker build, where iter/tcp and iter/task load.  The monitor then loads
@@ -20,9 +26,12 @@ the same records at the full walk's fixed cost (`Monitor.tracked` is False).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import mmap
 import os
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -58,9 +67,30 @@ FLOW_RECORD_DTYPE = np.dtype({"names": FLOW_RECORD_DTYPE.names,
                               "formats": [FLOW_RECORD_DTYPE.fields[n][0] for n in FLOW_RECORD_DTYPE.names],
                               "offsets": [FLOW_RECORD_DTYPE.fields[n][1] for n in FLOW_RECORD_DTYPE.names],
                               "itemsize": FLOW_RECORD_SIZE})
+RECORD_SLOTS = 16384
+"""CCS_RECORD_SLOTS of monitor.h: records a pass writes into the mapped array (default size)."""
+_COUNT = struct.Struct("<Q")
 
 
-def _load_object(obj_path: Path) -> tuple[BpfObject, bool]:
+def pass_records(slots: np.ndarray, out: bytes) -> np.ndarray:
+    """A pass's records, owned by the caller: the slots it filled, then the overflow its output holds.
+
+    `out` is the iterator's output: overflow records, then the pass's record
+    count.  Only the slots are taken from the count: an overflow record the
+    kernel had to show twice is counted twice, and it is past the slots.
+    """
+    if len(out) < _COUNT.size or (len(out) - _COUNT.size) % FLOW_RECORD_SIZE:
+        raise BpfError(f"monitor: a sampling pass returned {len(out)} bytes, not records and a count "
+                       "(monitor.bpf.o and bpf/monitor.py from different versions? run `make -C bpf`)")
+    (count,) = _COUNT.unpack_from(out, len(out) - _COUNT.size)
+    head = slots[:min(count, len(slots))]
+    if len(out) == _COUNT.size:
+        return head.copy()
+    tail = np.frombuffer(out, dtype=FLOW_RECORD_DTYPE, count=(len(out) - _COUNT.size) // FLOW_RECORD_SIZE)
+    return np.concatenate([head, tail])
+
+
+def _load_object(obj_path: Path, record_slots: int) -> tuple[BpfObject, bool]:
     """The loaded monitor object and whether it has the tracked pass.
 
     A kernel that refuses the socket-storage iterator gets the object without
@@ -68,6 +98,7 @@ def _load_object(obj_path: Path) -> tuple[BpfObject, bool]:
     """
     obj = BpfObject(obj_path)
     try:
+        obj.set_max_entries("ccs_records", record_slots)
         obj.set_autoload("ccs_count_tracked", False)  # the benchmarks' counter
         obj.load()
         return obj, True
@@ -76,6 +107,7 @@ def _load_object(obj_path: Path) -> tuple[BpfObject, bool]:
         refused = first
     obj = BpfObject(obj_path)
     try:
+        obj.set_max_entries("ccs_records", record_slots)
         obj.set_autoload("ccs_sample_tracked", False)
         obj.set_autoload("ccs_count_tracked", False)
         obj.load()
@@ -95,9 +127,10 @@ class Monitor:
     iterator and the netns filter both bind to the caller's namespace.
     """
 
-    def __init__(self, obj_path: Path = OBJ_PATH, cgroup: str | None = None):
+    def __init__(self, obj_path: Path = OBJ_PATH, cgroup: str | None = None, record_slots: int = RECORD_SLOTS):
+        """`record_slots`: the mapped array's size (tests make it small to exercise the overflow)."""
         self.netns_cookie = netns_cookie()
-        self._obj, self.tracked = _load_object(obj_path)
+        self._obj, self.tracked = _load_object(obj_path, record_slots)
         try:
             self._obj.map("ccs_mon_cfg").update(struct.pack("<I", 0),
                                                 struct.pack("<Q", self.netns_cookie))
@@ -106,9 +139,17 @@ class Monitor:
             self.iter_link: Link = self._obj.attach_iter("ccs_sample")
             self.tracked_link: Link = (self._obj.attach_iter("ccs_sample_tracked", map_name="ccs_flow_sk")
                                        if self.tracked else self.iter_link)
+            records = self._obj.map("ccs_records")
+            if records.value_size != FLOW_RECORD_SIZE:
+                raise BpfError(f"monitor: ccs_records holds {records.value_size}-byte values, bpf/monitor.py "
+                               f"{FLOW_RECORD_SIZE} (run `make -C bpf`)")
+            self._slots_mem = mmap.mmap(records.fd, record_slots * FLOW_RECORD_SIZE, mmap.MAP_SHARED,
+                                        mmap.PROT_READ)
         except BaseException:
             self._obj.close()
             raise
+        self._slots = np.frombuffer(self._slots_mem, dtype=FLOW_RECORD_DTYPE, count=record_slots)
+        self._pass_lock = threading.Lock()
         self._last_full = -float("inf")
         self.reattached = 0  # times the sockops hook was re-attached after an outside detach
 
@@ -119,14 +160,14 @@ class Monitor:
         has passed since the last one; True/False force one (benchmarks).
         Without the tracked pass (`tracked` False) every snapshot is the full walk.
         """
-        self._keep_sockops_attached()
-        now = time.monotonic()
-        if full is None:
-            full = now - self._last_full >= FULL_WALK_EVERY_S
-        if full:
-            self._last_full = now
-        raw = run_iter(self.iter_link if full else self.tracked_link)
-        return np.frombuffer(raw, dtype=FLOW_RECORD_DTYPE)
+        with self._pass_lock:
+            self._keep_sockops_attached()
+            now = time.monotonic()
+            if full is None:
+                full = now - self._last_full >= FULL_WALK_EVERY_S
+            if full:
+                self._last_full = now
+            return pass_records(self._slots, run_iter(self.iter_link if full else self.tracked_link))
 
     def _keep_sockops_attached(self) -> None:
         """Re-attach the sockops hook when something detached it from outside (one syscall per pass).
@@ -143,6 +184,10 @@ class Monitor:
         self.reattached += 1
 
     def close(self) -> None:
+        # drop our view first: an mmap with views exported refuses to close
+        self._slots = np.empty(0, dtype=FLOW_RECORD_DTYPE)
+        with contextlib.suppress(BufferError):
+            self._slots_mem.close()
         self._obj.close()
 
     def __enter__(self) -> Monitor:
