@@ -15,7 +15,8 @@ import click
 ARMS_HELP = ("comma-separated, of static, dqn, heuristic, daemon-static-cubic, daemon-static-bbr, daemon-static-pcc, "
              "daemon-deviate (one managed client at a time on bbr or pcc, the others on cubic: training data), "
              "dqn-remote[-MS] (the DQN on a policy server in the server namespace, answers held MS ms), "
-             "dqn-joint[-MS] (the same, one decision per path)")
+             "dqn-joint[-MS] (the same, one decision per path); dqn-remote-l4s[-MS], dqn-joint-l4s[-MS] (the control "
+             "traffic as L4S)")
 
 
 def _fail(exc: BaseException) -> None:

@@ -22,7 +22,7 @@ from ccswitch.testbed.scenario import (
     daemon_config,
     load_scenario,
 )
-from ccswitch.testbed.scenario.arms import arm_scenario, check_arms
+from ccswitch.testbed.scenario.arms import arm_scenario, check_arms, remote_arm
 
 SCENARIO = """
 name = "remote-joint"
@@ -78,8 +78,12 @@ def test_bad_remote_table_is_one_line(tmp_path: Path, remote: str, policy: str, 
 
 def test_arms_and_the_config_the_runner_writes(tmp_path: Path) -> None:
     assert check_arms(["dqn-remote", "dqn-joint-105"]) == ["dqn-remote", "dqn-joint-105"]
-    with pytest.raises(ValueError, match="unknown arm 'dqn-joint-x'"):
-        check_arms(["dqn-joint-x"])
+    for bad in ("dqn-joint-x", "dqn-remote-65-l4s", "dqn-remote-l4s-l4s"):
+        with pytest.raises(ValueError, match=f"unknown arm '{bad}'"):
+            check_arms([bad])
+    assert remote_arm("dqn-remote-l4s") == RemoteDecisions(l4s=True)
+    assert remote_arm("dqn-joint-l4s-65") == RemoteDecisions(latency_ms=65.0, joint=True, l4s=True)
+    assert remote_arm("dqn-remote-65") == RemoteDecisions(latency_ms=65.0)
     sc = arm_scenario(load_scenario(scenario(tmp_path, "")), "dqn-joint-105")
     assert sc.daemon is not None and sc.daemon.remote == RemoteDecisions(latency_ms=105.0, joint=True)
     assert "remote" not in daemon_config(sc.daemon, sc.flows)["policy"]  # no server started yet

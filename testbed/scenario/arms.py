@@ -18,6 +18,9 @@
     dqn-joint[-MS]      the same with one decision per path (joint = true): every managed
                         flow gets the mean Q-values of all managed flows on its path, from
                         every client (ccswitch/remote/joint.py, issue 11's coordination)
+    dqn-remote-l4s[-MS], dqn-joint-l4s[-MS]
+                        the same with the requests and answers sent as L4S (l4s = true:
+                        DSCP 40 + ECT(1), DualPI2's L queue), the others classic
 
 Part of the scenario contract: an arm turns a :class:`Scenario` into another
 one; the runner and the reports only see scenarios.
@@ -45,15 +48,17 @@ MAX_CLIENTS = 6
 DEVIATE_ARMS = tuple(f"{DEVIATE}-{k}-{x}" for k in range(1, MAX_CLIENTS + 1) for x in DEVIATIONS)
 _DEVIATE = re.compile(rf"^{DEVIATE}-([1-9]\d*)-({'|'.join(DEVIATIONS)})$")
 REMOTE_ARMS = ("dqn-remote", "dqn-joint")
-_REMOTE = re.compile(r"^(dqn-remote|dqn-joint)(?:-(\d{1,5}))?$")
+_REMOTE = re.compile(r"^(dqn-remote|dqn-joint)(-l4s)?(?:-(\d{1,5}))?$")
+_REMOTE_FORMS = "dqn-remote[-l4s][-MS], dqn-joint[-l4s][-MS]"
 
 
 def remote_arm(arm: str) -> RemoteDecisions | None:
-    """The [daemon.remote] settings of a dqn-remote[-MS] or dqn-joint[-MS] arm, else None."""
+    """The [daemon.remote] settings of a dqn-remote[-l4s][-MS] or dqn-joint[-l4s][-MS] arm, else None."""
     m = _REMOTE.match(arm)
     if not m:
         return None
-    return RemoteDecisions(latency_ms=float(m.group(2) or 0), joint=m.group(1) == "dqn-joint")
+    return RemoteDecisions(latency_ms=float(m.group(3) or 0), joint=m.group(1) == "dqn-joint",
+                           l4s=m.group(2) is not None)
 
 
 def deviation(arm: str) -> tuple[int, str] | None:
@@ -84,10 +89,9 @@ def check_arms(arms: Sequence[str]) -> list[str]:
         elif a in ARMS or deviation(a) or remote_arm(a):
             out.append(a)
         else:
-            raise ValueError(f"unknown arm {a!r} (use {', '.join(ARMS)}, {DEVIATE}[-K-CCA], "
-                             f"dqn-remote[-MS], dqn-joint[-MS])")
+            raise ValueError(f"unknown arm {a!r} (use {', '.join(ARMS)}, {DEVIATE}[-K-CCA], {_REMOTE_FORMS})")
     if not out:
-        raise ValueError(f"no arm given (use {', '.join(ARMS)}, {DEVIATE}[-K-CCA], dqn-remote[-MS], dqn-joint[-MS])")
+        raise ValueError(f"no arm given (use {', '.join(ARMS)}, {DEVIATE}[-K-CCA], {_REMOTE_FORMS})")
     return out
 
 
