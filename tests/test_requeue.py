@@ -83,3 +83,20 @@ def test_vdq_on_trace_links_gets_the_trace_mean_as_capacity(tmp_path: Path) -> N
     q = by_name[traced.name]
     assert isinstance(q, VdqCsaqm) and q.rate_mbit == pytest.approx(want, abs=0.05)
     assert isinstance(by_name[constant.name], VdqCsaqm) and by_name[constant.name].rate_mbit is None
+
+
+def test_dualpi2_agent_on_trace_links_gets_the_trace_mean_as_its_rate(tmp_path: Path) -> None:
+    """The A3C agent measures utilisation against a rate: a trace-driven uplink's mean, as for vdq_csaqm."""
+    from ccswitch.testbed.scenario import DualPi2
+
+    traced = next(f for f in sorted(DEV.glob("*.toml")) if load_scenario(f).link.uplink.trace is not None)
+    constant = next(f for f in sorted(DEV.glob("*.toml")) if load_scenario(f).link.uplink.rate_mbit is not None)
+    actor = Path(__file__).resolve().parents[1] / "models" / "dualpi2_a3c.json"
+    out = requeue(DEV, f'{{ kind = "dualpi2", agent = "{actor}" }}', tmp_path / "out")
+    by_name = {f.name: load_scenario(f).link.uplink.qdisc for f in out}
+    vdq = requeue(DEV, '{ kind = "vdq_csaqm", default_policy = "gold" }', tmp_path / "vdq")
+    vdq_rate = {f.name: load_scenario(f).link.uplink.qdisc.rate_mbit for f in vdq}  # type: ignore[union-attr]
+    q, c = by_name[traced.name], by_name[constant.name]
+    assert isinstance(q, DualPi2) and q.agent_rate_mbit == vdq_rate[traced.name] and q.agent_rate_mbit
+    assert isinstance(c, DualPi2) and c.agent_rate_mbit is None
+    assert "agent_rate_mbit" not in q.to_config()  # the runner's, not linkemu's

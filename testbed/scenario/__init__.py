@@ -26,7 +26,9 @@ A scenario is a TOML file (examples in ``testbed/scenarios/``)::
     delay_ms = 2.0                       # one-way delay
     qdisc = { kind = "pfifo", limit_pkts = 50 }    # or { kind = "codel", target_ms, interval_ms, ... }
                                          # or { kind = "dualpi2", target_ms = 15, ... } (RFC 9332;
-                                         # fields: see DualPi2 below and testbed/linkemu/README.md)
+                                         # fields: see DualPi2 below and testbed/linkemu/README.md;
+                                         # agent = "models/dualpi2_a3c.json": paper 000's A3C agent,
+                                         # agent_rate_mbit on a trace-driven link)
                                          # or { kind = "fq_codel" } (RFC 8290: flows, quantum, target_ms,
                                          # interval_ms, limit_pkts, ecn) or { kind = "fq",
                                          # flow_limit_pkts = 100 } (per-flow queues, static per-flow limit)

@@ -65,6 +65,8 @@ class DualPi2:
     (``models/dualpi2_a3c.json``); the runner then sets p' from it every ``agent_interval_ms``
     (default: the interval it was trained with) through linkemu's control socket, the PI
     controller taking over if the agent stops (testbed/runs/dualpi2_agent.py).  Not linkemu fields.
+    ``agent_rate_mbit``: the capacity the agent measures utilisation against on a link without
+    ``rate_mbit`` (trace-driven); a constant-rate link uses its own rate.
     """
 
     limit_pkts: int | None = None
@@ -84,11 +86,12 @@ class DualPi2:
     drop_on_overload: bool | None = None
     agent: Path | None = None
     agent_interval_ms: float | None = None
+    agent_rate_mbit: float | None = None
 
     def to_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"kind": "dualpi2", **present_fields(self)}
-        cfg.pop("agent", None)
-        cfg.pop("agent_interval_ms", None)
+        for runner_only in ("agent", "agent_interval_ms", "agent_rate_mbit"):
+            cfg.pop(runner_only, None)
         if self.l_dscp is not None:
             cfg["l_dscp"] = list(self.l_dscp)
         return cfg

@@ -98,9 +98,9 @@ def _link_dir(t: Table | None, base_dir: Path, default: LinkDir) -> LinkDir:
     if isinstance(qdisc, VdqCsaqm) and qdisc.rate_mbit is None and rate is None:
         t.err(f"{t.here('qdisc')}.rate_mbit", "required: the link has no rate_mbit (trace or unlimited), "
                                              "and vdq_csaqm's virtual queues need the capacity C")
-    if isinstance(qdisc, DualPi2) and qdisc.agent is not None and rate is None:
-        t.err(f"{t.here('qdisc')}.agent", "needs the link's rate_mbit (the agent's utilisation is measured "
-                                          "against it; trace-driven links are not supported)")
+    if isinstance(qdisc, DualPi2) and qdisc.agent is not None and rate is None and qdisc.agent_rate_mbit is None:
+        t.err(f"{t.here('qdisc')}.agent", "needs the link's rate_mbit, or agent_rate_mbit in the qdisc table on a "
+                                          "trace-driven link (the agent's utilisation is measured against it)")
     return LinkDir(rate_mbit=rate, trace=trace, delay_ms=delay, loss=_loss(lt) if lt is not None else None,
                    qdisc=qdisc,
                    overhead_bytes=extra.get("overhead_bytes", default.overhead_bytes),

@@ -87,11 +87,13 @@ def _dualpi2(t: Table, base_dir: Path | None = None) -> DualPi2:
     dscp = _l_dscp(t, classifier)
     agent = _agent(t, base_dir)
     interval = t.number("agent_interval_ms", None, lo=1.0, hi=10_000.0)
-    if interval is not None and agent is None:
-        t.err(t.here("agent_interval_ms"), "only used with agent = \"PATH\" (an actor file)")
+    agent_rate = t.number("agent_rate_mbit", None, lo=0.01, hi=1e6)
+    for key, val in (("agent_interval_ms", interval), ("agent_rate_mbit", agent_rate)):
+        if val is not None and agent is None:
+            t.err(t.here(key), "only used with agent = \"PATH\" (an actor file)")
     t.done()
     return DualPi2(classifier=classifier, scheduler=scheduler, l_dscp=dscp, agent=agent,
-                   agent_interval_ms=interval, **v)
+                   agent_interval_ms=interval, agent_rate_mbit=agent_rate, **v)
 
 
 def _agent(t: Table, base_dir: Path | None, kind: str = "dualpi2") -> Path | None:

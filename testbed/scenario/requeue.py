@@ -14,7 +14,8 @@ is part of the condition that is replaced: the copy asks what a user who changes
 router gets, not what the same path would do.
 
 A vdq_csaqm queue on a trace-driven uplink gets ``rate_mbit`` = the trace's mean rate
-(its virtual queues need a capacity; what an operator would provision).
+(its virtual queues need a capacity; what an operator would provision), and a dualpi2
+queue with an agent ``agent_rate_mbit`` = the same (the agent's utilisation reference).
 
 The replacement is textual (TOML has no round-trip writer in the standard library and
 the files' comments are documentation), so each result is read back through the
@@ -61,16 +62,23 @@ def with_uplink_qdisc(text: str, qdisc: str, where: str = "scenario") -> str:
 
 
 VDQ_KIND = re.compile(r'kind\s*=\s*"vdq_csaqm"')
+DUALPI2_AGENT = re.compile(r'kind\s*=\s*"dualpi2".*\bagent\s*=')
 
 
 def _with_capacity(qdisc: str, f: Path, folder: Path) -> str:
-    """*qdisc*, for vdq_csaqm on a trace-driven uplink with no rate, with ``rate_mbit`` = the trace's mean.
+    """*qdisc* on a trace-driven uplink with no rate: the trace's mean rate as the queue's capacity.
 
-    VDQ-CSAQM's virtual queues drain at the capacity C the operator configures; on a link
-    whose capacity follows a trace there is no one right C, and the trace's mean rate is what
-    an operator would provision (the queue then marks late while the trace is below its mean
-    and early above it: part of what the comparison measures).  Other queues need no rate."""
-    if not VDQ_KIND.search(qdisc) or "rate_mbit" in qdisc:
+    VDQ-CSAQM's virtual queues drain at the capacity C the operator configures (``rate_mbit``);
+    on a link whose capacity follows a trace there is no one right C, and the trace's mean rate
+    is what an operator would provision (the queue then marks late while the trace is below
+    its mean and early above it: part of what the comparison measures).  DualPI2's A3C agent
+    measures utilisation against a capacity (``agent_rate_mbit``), the same mean.  Other
+    queues need no rate."""
+    if VDQ_KIND.search(qdisc) and "rate_mbit" not in qdisc:
+        key = "rate_mbit"
+    elif DUALPI2_AGENT.search(qdisc) and "agent_rate_mbit" not in qdisc:
+        key = "agent_rate_mbit"
+    else:
         return qdisc
     try:
         up = parse_scenario(f.read_text(), f.name, base_dir=folder.resolve(), source=f).link.uplink
@@ -81,7 +89,7 @@ def _with_capacity(qdisc: str, f: Path, folder: Path) -> str:
     ms = [int(x) for x in Path(up.trace).read_text().split()]
     per_opp = up.trace_bytes_per_opportunity or 1500
     mean_mbit = len(ms) * per_opp * 8 / (max(ms[-1], 1) / 1000) / 1e6 if ms else 0.0
-    return qdisc.rstrip()[:-1].rstrip() + f", rate_mbit = {max(mean_mbit, 0.1):.1f} }}"
+    return qdisc.rstrip()[:-1].rstrip() + f", {key} = {max(mean_mbit, 0.1):.1f} }}"
 
 
 def requeue(folder: Path, qdisc: str, out: Path) -> list[Path]:
