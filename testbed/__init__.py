@@ -22,12 +22,19 @@
                beside it the drivers ``calibration`` (paper 002's path),
                ``network_comparison`` (router queues on the nine scenarios) and
                ``lfq_reproduction`` (paper 001's headline set-up)
+``l4s/``       the L4S experiments through DualPI2 and VDQ-CSAQM, a flow of its
+               own (its ``__init__`` has the module map): phase templates
+               (``make_scenarios``) -> runs (``run_experiments``, ``prague_fidelity``)
+               -> reports (``report`` and its ``report_*`` parts, paper 004's
+               ``p004``, paper 000's ``table2`` and ``a3c_closed_loop``); beside
+               them the real DualPI2 router kit (``dualpi2-router.sh``, ``scenario_args``)
 
 Beside them, not Python packages: ``scenarios/`` (committed scenario files,
 ``scenarios/space.toml`` and the committed ``scenarios/matrix/`` dev and test
-splits), ``linkemu/`` (the Rust link emulator), ``l4s/`` (a real DualPI2
-router kit), ``mikrotik/`` (the real hAP ax3's RouterOS configuration).
+splits), ``linkemu/`` (the Rust link emulator), ``mikrotik/`` (the real hAP
+ax3's RouterOS configuration).
 
 Dependencies point one way: scenario <- runs, scenario <- reports, and
-runs -> reports.run only to render each finished run folder.
+runs -> reports.run only to render each finished run folder; ``l4s`` uses all
+three and nothing here imports it.
 """

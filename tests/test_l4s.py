@@ -8,26 +8,17 @@ check those against the scenario's parameters.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from ccswitch.testbed.l4s import make_scenarios as gen
+from ccswitch.testbed.l4s import scenario_args
 
 REPO = Path(__file__).resolve().parents[1]
 L4S = REPO / "testbed" / "l4s"
 SCRIPT = L4S / "dualpi2-router.sh"
-
-
-def _module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"l4s_{name}", L4S / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def dry(*args: str) -> subprocess.CompletedProcess[str]:
@@ -40,10 +31,8 @@ def commands(out: str) -> list[str]:
 
 def test_router_dry_run_names_every_scenario_parameter() -> None:
     """The scenarios' DualPI2 (make_scenarios.DUALPI2) -> router options -> the exact tc commands."""
-    gen = _module("make_scenarios")
-    args = _module("scenario_args")
     warn: list[str] = []
-    opts = args.router_options({"kind": "dualpi2", **gen.DUALPI2}, gen.RATE_MBIT, warn)
+    opts = scenario_args.router_options({"kind": "dualpi2", **gen.DUALPI2}, gen.RATE_MBIT, warn)
     assert warn == []
     r = dry("router", "--dev", "eth9", *opts)
     assert r.returncode == 0, r.stderr
@@ -85,7 +74,6 @@ def test_sender_receiver_and_status_dry_run() -> None:
                    "sysctl -q -w net.ipv4.tcp_ecn_fallback=1", "sysctl -q -w net.ipv4.tcp_congestion_control=prague"]
     assert commands(dry("sender").stdout) == ["sysctl -q -w net.ipv4.tcp_ecn=2"]
     assert commands(dry("sender", "--classic-ecn").stdout) == ["sysctl -q -w net.ipv4.tcp_ecn=1"]
-    gen = _module("make_scenarios")
     rx = commands(dry("receiver", "--dev", "eth0", "--servers", "2",
                       "--ack-delay", f"10.99.0.13={gen.LONG_RTT_EXTRA_MS:g}").stdout)
     delay = f"{gen.LONG_RTT_EXTRA_MS:g}ms"
@@ -113,20 +101,18 @@ def test_bad_input_is_one_line_and_changes_nothing(args: list[str], names: str) 
 
 
 def test_scenario_args_reports_what_linux_cannot_do() -> None:
-    args = _module("scenario_args")
     warn: list[str] = []
-    opts = args.router_options({"kind": "dualpi2", "l_min_th_ms": 0.5, "l_max_th_ms": 2.0,
+    opts = scenario_args.router_options({"kind": "dualpi2", "l_min_th_ms": 0.5, "l_max_th_ms": 2.0,
                                 "scheduler": "tsfifo"}, None, warn)
     assert opts[opts.index("--step-thresh") + 1] == "500us"
     assert any("ramp" in w for w in warn) and any("tsfifo" in w for w in warn)
-    with pytest.raises(args.ArgsError, match="coupling_factor is an integer"):
-        args.router_options({"kind": "dualpi2", "k": 2.5}, None)
-    with pytest.raises(args.ArgsError, match="not \"dualpi2\""):
-        args.router_options({"kind": "pfifo", "limit_pkts": 50}, None)
+    with pytest.raises(scenario_args.ArgsError, match="coupling_factor is an integer"):
+        scenario_args.router_options({"kind": "dualpi2", "k": 2.5}, None)
+    with pytest.raises(scenario_args.ArgsError, match="not \"dualpi2\""):
+        scenario_args.router_options({"kind": "pfifo", "limit_pkts": 50}, None)
 
 
 def test_phase_templates_give_one_flow_per_lifetime() -> None:
-    gen = _module("make_scenarios")
     assert gen.lifetimes((1, 4, 4, 1)) == [(0.0, 80.0), (20.0, 60.0), (20.0, 60.0), (20.0, 60.0)]
     assert gen.lifetimes((1, 1, 4, 4)) == [(0.0, 80.0), (40.0, 80.0), (40.0, 80.0), (40.0, 80.0)]
     with pytest.raises(ValueError, match="restart"):
@@ -177,7 +163,6 @@ def test_client_delay_reaches_linkemu_and_is_checked() -> None:
     from ccswitch.testbed.scenario import ScenarioError, load_scenario, parse_scenario
 
     sc = load_scenario(REPO / "testbed" / "scenarios" / "l4s-rttmix-cubic-vs-prague.toml")
-    gen = _module("make_scenarios")
     assert sc.link.client_delay_ms == (0.0, 0.0, gen.LONG_RTT_EXTRA_MS, gen.LONG_RTT_EXTRA_MS)
     cfg = sc.emulator_config(["a", "b", "c", "d"], "s", 1, Path("/tmp"))
     assert cfg["client_delay_ms"] == [0.0, 0.0, gen.LONG_RTT_EXTRA_MS, gen.LONG_RTT_EXTRA_MS]

@@ -5,30 +5,20 @@ run folders in the runner's layout."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-import sys
 import tomllib
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from ccswitch.testbed.l4s import make_scenarios as gen
+from ccswitch.testbed.l4s import p004_cells, p004_tables, p004_targets, run_experiments
+from ccswitch.testbed.l4s.report_phases import analyse
+from ccswitch.testbed.l4s.report_read import gold_mbit, vdq_policy
+from ccswitch.testbed.l4s.report_tables import markdown
+
 REPO = Path(__file__).resolve().parents[1]
-L4S = REPO / "testbed" / "l4s"
 SCENARIOS = REPO / "testbed" / "scenarios"
-
-
-def _module(name: str) -> ModuleType:
-    key = f"l4s_{name}" if name != "report" else "l4s_report"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, L4S / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _uplink(text: str) -> dict:
@@ -36,7 +26,6 @@ def _uplink(text: str) -> dict:
 
 
 def test_queue_option_writes_vdq_twins_and_leaves_dualpi2_files_alone() -> None:
-    gen = _module("make_scenarios")
     vdq = gen.all_scenarios(("vdq_csaqm",))
     for cca in gen.CLASSIC_CCAS:
         for kind in ("dyn", "rttmix"):
@@ -63,11 +52,9 @@ def test_queue_option_writes_vdq_twins_and_leaves_dualpi2_files_alone() -> None:
 def test_goldsilver_template_marks_clients_2_and_4_silver() -> None:
     from ccswitch.testbed.scenario import load_scenario
 
-    gen = _module("make_scenarios")
-    rep = _module("report")
     sc = load_scenario(SCENARIOS / "l4s-goldsilver-cubic-prague-vdq.toml")
     q = _uplink(sc.text)
-    assert [rep.vdq_policy(q, c) for c in (1, 2, 3, 4)] == ["gold", "silver", "gold", "silver"]
+    assert [vdq_policy(q, c) for c in (1, 2, 3, 4)] == ["gold", "silver", "gold", "silver"]
     assert {f.client: f.cca for f in sc.flows} == {1: "cubic", 2: "cubic", 3: "prague", 4: "prague"}
     lives = {f.name: (f.start_s, f.start_s + (f.duration_s or sc.duration_s)) for f in sc.flows}
     assert lives == {"CG1": (0, 40), "CS1": (0, 40), "LG1": (20, 60), "LS1": (20, 60)}
@@ -75,30 +62,28 @@ def test_goldsilver_template_marks_clients_2_and_4_silver() -> None:
 
 
 def test_vdq_policy_rules() -> None:
-    rep = _module("report")
     q = {"kind": "vdq_csaqm", "default_policy": "gold",
          "policies": [{"policy": "voice", "src": "10.99.0.11", "dport": 5201},
                       {"policy": "silver", "src": "10.99.0.12"}, {"policy": "silver", "proto": 17}]}
-    assert rep.vdq_policy(q, 1) is None  # a port rule might match: undecidable per client
-    assert rep.vdq_policy(q, 2) == "silver"
-    assert rep.vdq_policy(q, 3) == "gold"  # the UDP rule does not match TCP
-    assert rep.vdq_policy({"kind": "vdq_csaqm", "default_policy": "silver"}, 1) == "silver"
-    assert rep.vdq_policy({"kind": "dualpi2"}, 1) is None
-    assert rep.gold_mbit(0) == float("inf")
-    assert rep.gold_mbit(65535) == pytest.approx(0.001)  # r_min = 1 kbit/s
-    assert rep.gold_mbit(65535 * (1 - 4 / 8)) == pytest.approx(10.0)  # 10^4 kbit/s
+    assert vdq_policy(q, 1) is None  # a port rule might match: undecidable per client
+    assert vdq_policy(q, 2) == "silver"
+    assert vdq_policy(q, 3) == "gold"  # the UDP rule does not match TCP
+    assert vdq_policy({"kind": "vdq_csaqm", "default_policy": "silver"}, 1) == "silver"
+    assert vdq_policy({"kind": "dualpi2"}, 1) is None
+    assert gold_mbit(0) == float("inf")
+    assert gold_mbit(65535) == pytest.approx(0.001)  # r_min = 1 kbit/s
+    assert gold_mbit(65535 * (1 - 4 / 8)) == pytest.approx(10.0)  # 10^4 kbit/s
 
 
 def test_run_experiments_queue_names_and_resume(tmp_path: Path) -> None:
-    run = _module("run_experiments")
-    assert run.scenario_name("l4s-dyn-cubic-vs-prague", "vdq_csaqm") == "l4s-dyn-cubic-vs-prague-vdq"
-    assert run.scenario_name("l4s-dyn-cubic-vs-prague-vdq", "vdq_csaqm") == "l4s-dyn-cubic-vs-prague-vdq"
-    assert run.scenario_name("l4s-dyn-cubic-vs-prague-vdq", "dualpi2") == "l4s-dyn-cubic-vs-prague"
+    assert gen.scenario_name("l4s-dyn-cubic-vs-prague", "vdq_csaqm") == "l4s-dyn-cubic-vs-prague-vdq"
+    assert gen.scenario_name("l4s-dyn-cubic-vs-prague-vdq", "vdq_csaqm") == "l4s-dyn-cubic-vs-prague-vdq"
+    assert gen.scenario_name("l4s-dyn-cubic-vs-prague-vdq", "dualpi2") == "l4s-dyn-cubic-vs-prague"
     seed = tmp_path / "seed-2"
     (seed / "run-01-seed-2").mkdir(parents=True)
-    assert run.finished_run(seed) is None  # an interrupted run is redone
+    assert run_experiments.finished_run(seed) is None  # an interrupted run is redone
     (seed / "run-01-seed-2" / "summary.json").write_text("{}")
-    assert run.finished_run(seed) == seed / "run-01-seed-2"
+    assert run_experiments.finished_run(seed) == seed / "run-01-seed-2"
 
 
 # ---------------------------------------------------------------- synthetic runs ---
@@ -109,7 +94,6 @@ T0 = 1_700_000_000.0
 def fake_run(root: Path, scenario: str, flows: list[tuple[str, int, str, float, float, float]],
              l_ms: float, c_ms: float, seed: int = 1) -> Path:
     """A finished run folder: flows (name, client, cca, start, end, Mbit/s), per-class delays constant."""
-    gen = _module("make_scenarios")
     src = SCENARIOS / f"{scenario}.toml"
     run = root / scenario / f"seed-{seed}" / f"run-01-seed-{seed}"
     (run / "iperf").mkdir(parents=True)
@@ -145,11 +129,10 @@ def fake_run(root: Path, scenario: str, flows: list[tuple[str, int, str, float, 
 
 
 def test_report_reads_vdq_classes_policies_and_ctvs(tmp_path: Path) -> None:
-    rep = _module("report")
     run = fake_run(tmp_path, "l4s-goldsilver-cubic-prague-vdq", [
         ("CG1", 1, "cubic", 0, 40, 39.0), ("CS1", 2, "cubic", 0, 40, 10.0),
         ("LG1", 3, "prague", 20, 60, 30.0), ("LS1", 4, "prague", 20, 60, 10.0)], l_ms=0.2, c_ms=3.0)
-    r = rep.analyse(run)
+    r = analyse(run)
     assert r.queue_kind == "vdq_csaqm"
     assert {f.name: f.policy for f in r.flows} == {"CG1": "gold", "CS1": "silver", "LG1": "gold", "LS1": "silver"}
     assert [p.label for p in r.phases] == ["0-2", "2-2", "2-0"]
@@ -160,14 +143,13 @@ def test_report_reads_vdq_classes_policies_and_ctvs(tmp_path: Path) -> None:
                                                      "L4S gold": 30.0, "L4S silver": 10.0})
     assert p1.delay_ms["L4S"]["mean"] == pytest.approx(0.2) and p1.delay_ms["Classic"]["max"] == pytest.approx(6.0)
     assert "L4S" not in p0.delay_ms and "Classic" not in p2.delay_ms  # no flow of the class: no delay reported
-    md = rep.markdown([r])
+    md = markdown([r])
     assert "CTV_0 (L4S VQ) mean / max" in md and "| 1000 / 2000 | 3000 / 4000 | 0 / 0, 1 / 2 |" in md
     assert "do not exist here" in md and "p' mean / max" not in md  # no DualPI2 columns for a VDQ run
     assert "Gold:Silver" in md
 
 
 def test_p004_aligns_seeds_and_evaluates_targets(tmp_path: Path) -> None:
-    p004 = _module("p004")
     dyn = [("C1", 1, "cubic", 0, 80, 20.0), ("L1", 2, "prague", 0, 80, 25.0)]
     for seed, late in ((1, 0.0), (2, 3.0)):  # seed 2: the second L flow starts 3 s late, phases still align
         fake_run(tmp_path, "l4s-dyn-cubic-vs-prague", dyn, l_ms=0.4, c_ms=15.0, seed=seed)
@@ -175,16 +157,16 @@ def test_p004_aligns_seeds_and_evaluates_targets(tmp_path: Path) -> None:
                  [*dyn, ("L2", 2, "prague", 20 + late, 40, 5.0), ("C2", 1, "cubic", 40, 60, 5.0)],
                  l_ms=0.3, c_ms=4.0, seed=seed)
     fake_run(tmp_path, "l4s-solo-prague-vdq", [("L1", 1, "prague", 0, 30, 42.0)], l_ms=0.1, c_ms=0.0)
-    cells, meta = p004.collect(tmp_path)
+    cells, meta = p004_cells.collect(tmp_path)
     vdq = cells[("l4s-dyn-cubic-vs-prague", "vdq_csaqm")]
     assert [c.slot for c in vdq] == [0, 1, 2, 3] and all(len(c.phases) == 2 for c in vdq)
     assert [c.label for c in vdq] == ["1-1", "2-1", "1-2", "1-1"]
-    tg = {t.name.split(" (")[0]: t for t in p004.targets(cells)}
+    tg = {t.name.split(" (")[0]: t for t in p004_targets.targets(cells)}
     assert tg["L-queue mean < 1 ms in every phase"].met is True
     assert tg["C-queue mean no higher than DualPI2's"].met is True
     assert tg["one L4S flow alone >= 80 % utilisation"].met is True  # 42 * 1500/1448 / 50 = 87 %
     assert tg["1-1 L:C within [1:4, 4:1]"].met is True
     assert tg["RTT mix Jain >= DualPI2's + 0.1 in every phase"].met is None  # not run
     assert tg["Gold:Silver 1:4 within 25 %"].met is None
-    md = p004.markdown(cells, meta, p004.targets(cells))
+    md = p004_tables.markdown(cells, meta, p004_targets.targets(cells))
     assert "| 20-40 s | 2-1 | VDQ-CSAQM | 2 |" in md and "not run" in md

@@ -375,7 +375,7 @@ def test_prague_vs_cubic_through_dualpi2_shares_the_link(tmp_path, iperf3) -> No
     """RTT independence: one Prague and one CUBIC flow at the same 5 ms base RTT through
     linkemu's DualPI2 (RFC 9332's k = 2, Linux defaults; l4s-pair-cubic-vs-prague-15s,
     50 Mbit/s) must get per-flow goodputs within 1:2 .. 1.5:1 (L:C), over seconds 5-15
-    (testbed/l4s/report.py's phase mean, from the iperf3 servers).
+    (testbed/l4s/report_phases.py's phase mean, from the iperf3 servers).
 
     Why it can fail: DualPI2 equalises the *windows* of a DCTCP-law and a Reno-law flow,
     so a Prague without RTT independence takes RTT_C / RTT_L / 1.22 times CUBIC's rate
@@ -389,18 +389,11 @@ def test_prague_vs_cubic_through_dualpi2_shares_the_link(tmp_path, iperf3) -> No
     at most twice (a 15 s run on a loaded 2-core VM can stall a sender for a
     second); ~20 s per run.
     """
-    import importlib.util
-    import sys
-
+    from ccswitch.testbed.l4s.report_phases import analyse
     from ccswitch.testbed.runs.runner import run_once
     from ccswitch.testbed.scenario import load_scenario
 
     repo = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("l4s_report_t", repo / "testbed" / "l4s" / "report.py")
-    assert spec is not None and spec.loader is not None
-    report = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = report
-    spec.loader.exec_module(report)
     sc = load_scenario(repo / "testbed" / "scenarios" / "l4s-pair-cubic-vs-prague-15s.toml")
     tried = []
     h = ensure_prague()
@@ -410,7 +403,7 @@ def test_prague_vs_cubic_through_dualpi2_shares_the_link(tmp_path, iperf3) -> No
         for attempt in range(2):
             run_dir = tmp_path / f"run-{attempt}"
             run_once(sc, run_dir, progress=False)
-            phase = report.analyse(run_dir).phases[0]
+            phase = analyse(run_dir).phases[0]
             tried.append({"L:C": round(phase.lc_ratio, 2), "per_flow_mbps": phase.per_flow_mbps,
                           "utilisation": phase.utilisation, "source": h.source})
             if 0.5 <= phase.lc_ratio <= 1.5:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import json
 import math
 import os
@@ -31,21 +30,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ccswitch.tables import num
+from ccswitch.testbed.l4s.report_phases import analyse
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 SCENARIOS = HERE.parent / "scenarios"
 CCAS = ("cubic", "reno")
 ARMS = {"PI": "", "A3C": "-a3c"}
 C_MEAN_MAX_MS, L_P99_MAX_MS, UTIL_POINTS = 17.0, 2.0, 2.0
-
-
-def _report_module() -> Any:
-    spec = importlib.util.spec_from_file_location("l4s_report", HERE / "report.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def with_actor(scenario: Any, actor: Path) -> Any:
@@ -97,9 +90,9 @@ def run(seeds: Sequence[int], out: Path, actor: Path | None = None) -> int:
     return 0
 
 
-def run_metrics(run_dir: Path, rep: Any) -> dict[str, Any]:
+def run_metrics(run_dir: Path) -> dict[str, Any]:
     """The issue's four numbers (and L:C per phase) of one run folder."""
-    r = rep.analyse(run_dir)
+    r = analyse(run_dir)
     emu = r.emulator or {}
     cl, q = emu.get("classes") or {}, emu.get("qdisc_stats") or {}
     c, l4s = cl["classic"], cl["l4s"]
@@ -117,18 +110,13 @@ def run_metrics(run_dir: Path, rep: Any) -> dict[str, Any]:
     }
 
 
-def _f(x: float, nd: int = 2) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
-
-
 def report(out: Path, doc: Path, png: Path) -> int:
-    rep = _report_module()
     rows: dict[tuple[str, str, int], dict[str, Any]] = {}
     for cca in CCAS:
         for arm in ARMS:
             for d in sorted((out / f"{cca}-{arm}").glob("seed-*")):
                 if (d / "summary.json").is_file():
-                    rows[cca, arm, int(d.name.split("-")[1])] = run_metrics(d, rep)
+                    rows[cca, arm, int(d.name.split("-")[1])] = run_metrics(d)
     if not rows:
         print(f"a3c_closed_loop.py: no finished runs under {out}", file=sys.stderr)
         return 1
@@ -136,9 +124,9 @@ def report(out: Path, doc: Path, png: Path) -> int:
              "C dropped | p' mean | L:C per phase |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for (cca, arm, seed), m in sorted(rows.items()):
         lc = ", ".join(f"{x:.2f}" for x in m["lc"])
-        lines.append(f"| {cca} | {arm} | {seed} | {_f(m['c_mean_ms'])} | {_f(m['c_p99_ms'], 1)} | "
-                     f"{_f(m['l_p99_ms'])} | {100 * m['util']:.1f} % | {_f(m['c_drop_pct'])} % | "
-                     f"{_f(m['p_mean'], 3)} | {lc} |")
+        lines.append(f"| {cca} | {arm} | {seed} | {num(m['c_mean_ms'], 2)} | {num(m['c_p99_ms'], 1)} | "
+                     f"{num(m['l_p99_ms'], 2)} | {100 * m['util']:.1f} % | {num(m['c_drop_pct'], 2)} % | "
+                     f"{num(m['p_mean'], 3)} | {lc} |")
     verdict = ["", "| Classic CCA | seeds | C mean <= 17 ms | L p99 <= 2 ms | utilisation within 2 points of PI "
                "| C drops no higher than PI |", "|---|---:|---|---|---|---|"]
     for cca in CCAS:

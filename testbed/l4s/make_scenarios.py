@@ -110,6 +110,7 @@ QUEUES = ("dualpi2", "vdq_csaqm")
 QUEUE_SUFFIX = {"dualpi2": "", "vdq_csaqm": "-vdq"}
 """File-name suffix of each queue's files (DualPI2's keep their original names)."""
 QUEUE_LABEL = {"dualpi2": "DualPI2", "vdq_csaqm": "VDQ-CSAQM"}
+"""How tables and plots name each queue."""
 VDQ_CSAQM = {  # paper 004 section 3 defaults, all named (C = the link's rate, written out)
     "rate_mbit": RATE_MBIT, "vq0_rate": 0.9, "vq1_rate": 0.984, "qmax0_ms": 50.0, "qmax1_ms": 200.0,
     "target0_ms": 1.0, "target1_ms": 20.0, "tupdate_ms": 10.0, "classifier": "dscp", "l_dscp": [PRAGUE_DSCP],
@@ -122,6 +123,12 @@ CCMIX = ("cubic", "bbr", "pcc")
 """Classic CCAs of the ``ccmix`` template, each beside prague (paper 004 figs. 7-8)."""
 GOLDSILVER_PHASES = {"C": (1, 1, 0), "L": (0, 1, 1)}
 """Flows per policy per 20 s phase in ``goldsilver``: Classic pair, all four, L4S pair."""
+
+
+def scenario_name(name: str, queue: str) -> str:
+    """*name*'s twin for *queue*: ``l4s-dyn-cubic-vs-prague`` -> ``l4s-dyn-cubic-vs-prague-vdq``."""
+    base = name.removesuffix(QUEUE_SUFFIX["vdq_csaqm"])
+    return base + QUEUE_SUFFIX[queue]
 
 
 def client_ip(client: int) -> str:

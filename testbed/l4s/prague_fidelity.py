@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from ccswitch.testbed.l4s import report
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE.parent / "scenarios"
@@ -73,11 +74,6 @@ def main(argv: Sequence[str]) -> int:
                 "load_before": load, "load_after": os.getloadavg(), "took_s": round(time.monotonic() - t, 1)}))
         finally:
             handle.close()
-    spec = importlib.util.spec_from_file_location("l4s_report", HERE / "report.py")
-    assert spec is not None and spec.loader is not None
-    report = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = report
-    spec.loader.exec_module(report)
     return report.main([*map(str, runs), "--out", str(a.out / "plots"), "--md", str(a.out / "results.md")])
 
 

@@ -26,20 +26,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ccswitch.bpf.pcc import pcc_held
+from ccswitch.testbed.l4s import report
+from ccswitch.testbed.l4s.make_scenarios import QUEUE_SUFFIX, scenario_name
 from ccswitch.testbed.runs.runner import run_scenario
 from ccswitch.testbed.scenario import ScenarioError, load_scenario
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE.parent / "scenarios"
-QUEUE_SUFFIX = {"dualpi2": "", "vdq_csaqm": "-vdq"}
-"""make_scenarios.QUEUE_SUFFIX: a template's file for each router queue."""
 DEFAULT_SET = (
     "l4s-dyn-cubic-vs-prague", "l4s-dyn-bbr-vs-prague", "l4s-dyn-pcc-vs-prague",
     "l4s-rttmix-cubic-vs-prague", "l4s-rttmix-bbr-vs-prague", "l4s-rttmix-pcc-vs-prague",
@@ -57,12 +56,6 @@ def prague_registered() -> Iterator[str]:
         yield h.source
     finally:
         h.close()
-
-
-def scenario_name(name: str, queue: str) -> str:
-    """*name*'s twin for *queue*: ``l4s-dyn-cubic-vs-prague`` -> ``l4s-dyn-cubic-vs-prague-vdq``."""
-    base = name.removesuffix(QUEUE_SUFFIX["vdq_csaqm"])
-    return base + QUEUE_SUFFIX[queue]
 
 
 def finished_run(seed_dir: Path) -> Path | None:
@@ -97,15 +90,6 @@ def run_seeds(sc, out: Path, seeds: Sequence[int], source: str) -> list[Path]:
         print(f"run_experiments.py: {sc.name} seed {seed} took {time.monotonic() - t:.0f} s", file=sys.stderr)
         runs += got
     return runs
-
-
-def _report_module():  # testbed/l4s/report.py (a script folder, not a package)
-    spec = importlib.util.spec_from_file_location("l4s_report", HERE / "report.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def main(argv: Sequence[str]) -> int:
@@ -148,9 +132,8 @@ def main(argv: Sequence[str]) -> int:
                 print(f"run_experiments.py: {sc.name} took {time.monotonic() - t:.0f} s", file=sys.stderr)
     if a.no_report:
         return 0 if runs else 1
-    rep = _report_module()
     md = a.md or a.out / "results.md"
-    return rep.main([*map(str, runs), "--out", str(a.plots), "--md", str(md),
+    return report.main([*map(str, runs), "--out", str(a.plots), "--md", str(md),
                      "--json", str(md.with_suffix(".json"))]) if runs else 1
 
 

@@ -81,7 +81,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from table2_config import (
+from ccswitch.testbed.l4s.table2_config import (
     ALL_FOUR,
     CONFIGS,
     DEFAULT_DOC,
@@ -338,7 +338,7 @@ def main(argv: Sequence[str]) -> int:
             except ValueError:
                 ap.error(f"--stop-at {a.stop_at!r}: expected HH:MM (UTC)")
         return cmd_run(a)
-    import table2_report  # the report side (tables, plots) lives there
+    from ccswitch.testbed.l4s import table2_report  # the report side (tables, plots) lives there
 
     return table2_report.cmd_report(a)
 

@@ -7,7 +7,17 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from table2_config import ALL_FOUR, AQMS, DURATION_S, LABEL, PAPER_MB, RATES, STARTS_S, Config, mean_of
+from ccswitch.testbed.l4s.table2_config import (
+    ALL_FOUR,
+    AQMS,
+    DURATION_S,
+    LABEL,
+    PAPER_MB,
+    RATES,
+    STARTS_S,
+    Config,
+    mean_of,
+)
 
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red")
 

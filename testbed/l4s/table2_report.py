@@ -1,15 +1,14 @@
 """The report of paper 000's Table 2 reproduction: docs/l4s/table2.md and its plots.
 
+The runs' numbers come from :mod:`.table2_runs`, the verdicts and summary lines from :mod:`.table2_verdicts`,
+the plots from :mod:`.table2_plots`; this module writes the Markdown.
+
     .venv/bin/python testbed/l4s/table2.py report [--out results/l4s-table2] [--doc docs/l4s/table2.md]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import csv
-import json
-import math
 import os
 import statistics
 import sys
@@ -17,14 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from table2_config import (
+from ccswitch.testbed.l4s.table2_config import (
     AQMS,
     BASELINE_BUILD,
     CONFIGS,
-    DURATION_S,
-    FLOW_S,
     LABEL,
-    LATE_S,
     PAPER_MB,
     RATES,
     SAME_BAND,
@@ -33,119 +29,10 @@ from table2_config import (
     UTIL_TARGET,
     Config,
     mean_of,
-    t2_path,
 )
-from table2_plots import make_plots
-
-# ----------------------------------------------------------------- report ---
-
-
-def _iperf_intervals(path: Path, key: str) -> list[tuple[float, dict[str, Any]]]:
-    """(interval end, interval) of an iperf3 JSON; *key* "streams" (client: rtt, cwnd) or "sum" (server)."""
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
-    out = []
-    for iv in d.get("intervals", []):
-        x = iv["streams"][0] if key == "streams" else iv["sum"]
-        out.append((float(x["end"]), x))
-    return out
-
-
-def load_run(run_dir: Path, c: Config) -> dict[str, Any] | None:
-    """The metrics of one finished run (None if it is not finished)."""
-    from ccswitch.metrics import jain_index
-    from ccswitch.testbed.runs.matrix import finished
-
-    if not finished(run_dir):
-        return None
-    s = json.loads((run_dir / "summary.json").read_text())
-    extra_path = t2_path(run_dir)
-    extra = json.loads(extra_path.read_text()) if extra_path.is_file() else {}
-    bin_path = run_dir.with_name(f"{run_dir.name}.linkemu.json")
-    linkemu = json.loads(bin_path.read_text()) if bin_path.is_file() else {}
-    up = s["emulator"]["uplink"]
-    flows = {f["name"]: f for f in s["meta"]["flows"]}
-    goodput_b, retrans, rtts, per_flow_rtt, series, rtt_series = 0.0, 0, [], {}, {}, {}
-    mean_all_four = {}
-    late: dict[str, float] = {}
-    t0 = float(s["meta"]["t0_epoch"])
-    for name, f in flows.items():
-        cli = _iperf_intervals(run_dir / "iperf" / f"{name}.json", "streams")
-        srv = _iperf_intervals(run_dir / "iperf" / f"{name}.server.json", "sum")
-        st = float(f["start_s"])
-        with contextlib.suppress(OSError, ValueError, KeyError):  # iperf3's test start, 1 s resolution
-            began = json.loads((run_dir / "iperf" / f"{name}.json").read_text())["start"]["timestamp"]["timesecs"]
-            if began + 0.5 - t0 - st > LATE_S:
-                late[name] = began + 0.5 - t0 - st
-                st = began + 0.5 - t0
-        series[name] = [(st + e, x["bytes"] * 8 / x["seconds"] / 1e6) for e, x in srv if x["seconds"] > 0.2]
-        rtt_series[name] = [(st + e, x["rtt"] / 1e3) for e, x in cli if x.get("rtt")]
-        r = [v for _, v in rtt_series[name]]
-        rtts += r
-        per_flow_rtt[name] = statistics.fmean(r) if r else math.nan
-        try:
-            end = json.loads((run_dir / "iperf" / f"{name}.json").read_text())["end"]
-            goodput_b += end["sum_received"]["bytes"]
-            retrans += int(end["sum_sent"].get("retransmits") or 0)
-        except (OSError, ValueError, KeyError):
-            pass
-    begins = {n: float(f["start_s"]) + late.get(n, 0.0) for n, f in flows.items()}
-    lo_t, hi_t = max(begins.values()), min(b + FLOW_S for b in begins.values())  # all four run (30-60 s if on time)
-    for name in flows:
-        win = [v for t, v in series[name] if lo_t < t <= hi_t]
-        mean_all_four[name] = statistics.fmean(win) if win else 0.0
-    jain = jain_index(list(mean_all_four.values())) if hi_t - lo_t >= 10.0 else math.nan
-    span_s = max(DURATION_S, *(b + FLOW_S for b in begins.values()))
-    if "bytes_out_0_90" in extra:  # what left the bottleneck during the scenario's 90 s
-        util = extra["bytes_out_0_90"] / (c.rate * 1e6 / 8 * DURATION_S)
-    else:  # everything that left, over the span the flows ran
-        util = up["bytes_out"] / (c.rate * 1e6 / 8 * span_s)
-    q = extra.get("qdelay_all") or {}
-    cls = (up.get("classes") or {}).get("classic") or {}
-    qs = up.get("qdisc_stats") or {}
-    flow_ecn = _ecn_modes(run_dir)
-    ecn_modes = sorted({m for ms in flow_ecn.values() for m in ms})
-    return {
-        "config": c, "seed": int(run_dir.name.removeprefix("seed-")), "run_dir": run_dir,
-        "total_in_mb": up["bytes_in"] / 1e6, "out_mb": up["bytes_out"] / 1e6, "goodput_mb": goodput_b / 1e6,
-        "util": util, "retransmits": retrans,
-        "out_0_90_mb": extra.get("bytes_out_0_90", up["bytes_out"]) / 1e6,
-        "drops": up["drops_total"], "drops_aqm": up["drops"].get("aqm", 0), "drops_queue": up["drops"].get("queue", 0),
-        "marks": up["ecn_marks"],
-        "qdelay_mean_ms": q.get("mean_ms", up["sojourn_us"]["mean"] / 1e3),
-        "qdelay_p95_ms": q.get("p95_ms", math.nan), "qdelay_p99_ms": q.get("p99_ms", up["sojourn_us"]["p99"] / 1e3),
-        "qdelay_all_four_mean_ms": (extra.get("qdelay_all_four") or {}).get("mean_ms", math.nan),
-        "standing_ms": (extra.get("standing_ms") or {}).get("mean_ms") or math.nan,
-        "classic_sojourn_ms": cls.get("sojourn_us", {}).get("mean", math.nan) / 1e3 if cls else math.nan,
-        "srtt_ms": statistics.fmean(rtts) if rtts else math.nan, "srtt_flow_ms": per_flow_rtt,
-        "jain": jain, "all_four_mbit": mean_all_four, "all_four_s": (lo_t, hi_t),
-        "shared_queues": qs.get("shared_queues"), "ecn_modes": ecn_modes, "late_s": late, "span_s": span_s,
-        "ecn_flows": sum(1 for ms in flow_ecn.values() if 1 in ms), "no_ecn_flows": sorted(
-            n for n, ms in flow_ecn.items() if ms == {0}),
-        "syn_drops": extra.get("syn_drops"),
-        "tcp_ecn": s["meta"].get("tcp_ecn"), "series": series, "rtt_series": rtt_series,
-        "start_utc": extra.get("start_utc"), "end_utc": extra.get("end_utc"),
-        "linkemu_sha256": linkemu.get("sha256"), "linkemu_mtime": linkemu.get("mtime_utc"),
-        "late_p99_us": s["emulator"]["io"]["tx_lateness_us"]["p99"], "late_max_us": s["emulator"]["io"][
-            "tx_lateness_us"]["max"],
-        "load_before": extra.get("load_before"), "load_after": extra.get("load_after"), "jobs": extra.get("jobs"),
-    }
-
-
-def _ecn_modes(run_dir: Path) -> dict[str, set[int]]:
-    """Per flow, the ECN feedback modes its socket showed (FlowSample ecn_mode: 0 none, 1 RFC 3168)."""
-    out: dict[str, set[int]] = {}
-    with contextlib.suppress(Exception):
-        import pyarrow.parquet as pq
-
-        names = {r["flow_id"]: r["flow"] for r in pq.read_table(run_dir / "flows.parquet").to_pylist()}
-        t = pq.read_table(run_dir / "samples.parquet", columns=["flow_id", "ecn_mode"])
-        for fid, m in zip(t["flow_id"].to_pylist(), t["ecn_mode"].to_pylist(), strict=True):
-            if m is not None and fid in names:
-                out.setdefault(names[fid], set()).add(int(m))
-    return out
+from ccswitch.testbed.l4s.table2_plots import make_plots
+from ccswitch.testbed.l4s.table2_runs import load_runs, load_summary
+from ccswitch.testbed.l4s.table2_verdicts import ecn_ratios, srtt_claim, summary_lines, target_verdict
 
 
 def _ms(vals: Sequence[float], nd: int = 1) -> str:
@@ -157,66 +44,10 @@ def _ms(vals: Sequence[float], nd: int = 1) -> str:
     return f"{statistics.fmean(v):.{nd}f} ± {statistics.stdev(v):.{nd}f}"
 
 
-def ratio_verdict(ours: float, ours_lo: float, ours_hi: float, paper: float) -> tuple[str, str, str]:
-    """(our direction, paper's direction, agree/differ).
-
-    A ratio is "higher" above 1 + SAME_BAND, "lower" below 1 - SAME_BAND, otherwise "same"; ours is
-    "same" also when its seeds' range (lo..hi) straddles the band (the seeds disagree on the sign).
-    """
-    def direction(r: float, lo: float, hi: float) -> str:
-        if r != r:
-            return "-"
-        if lo > 1 + SAME_BAND:
-            return "higher"
-        if hi < 1 - SAME_BAND:
-            return "lower"
-        return "same"
-
-    mine, theirs = direction(ours, ours_lo, ours_hi), direction(paper, paper, paper)
-    if mine == "-":
-        return mine, theirs, "-"
-    return mine, theirs, "agree" if mine == theirs else "differ"
-
-
-def _target_verdict(aqm: str, mean_ms: float) -> str:
-    tol = TOLERANCE_MS[aqm]
-    if mean_ms != mean_ms:
-        return "-"
-    if tol is None:
-        return f"{mean_ms - TARGET_MS[aqm]:+.1f} ms"
-    return "yes" if abs(mean_ms - TARGET_MS[aqm]) <= tol else "no"
-
-
-def _load_summary(out: Path, runs: Sequence[dict[str, Any]]) -> str:
-    path = out / "loadavg.csv"
-    if not path.is_file():
-        return "not sampled"
-    vals = []
-    with path.open() as fh:
-        for row in csv.DictReader(fh):
-            with contextlib.suppress(ValueError):
-                vals.append(float(row["load1"]))
-    if not vals:
-        return "not sampled"
-    vals.sort()
-    return (f"1-min load average over {len(vals)} samples (every 5 s while the driver ran): median "
-            f"{statistics.median(vals):.2f}, 90th percentile {vals[int(0.9 * (len(vals) - 1))]:.2f}, max "
-            f"{vals[-1]:.2f} on 2 cores")
-
-
 def cmd_report(a: argparse.Namespace) -> int:
     out: Path = a.out
-    runs: dict[Config, list[dict[str, Any]]] = {c: [] for c in CONFIGS}
+    runs = load_runs(out)
     folder = out / "runs"
-    for c in CONFIGS:
-        d = folder / c.name
-        if not d.is_dir():
-            continue
-        for rd in sorted(d.glob("seed-*")):
-            if rd.is_dir() and rd.name.removeprefix("seed-").isdigit():
-                r = load_run(rd, c)
-                if r is not None:
-                    runs[c].append(r)
     allruns = [r for rs in runs.values() for r in rs]
     if not allruns:
         print(f"table2.py report: no finished run under {folder}", file=sys.stderr)
@@ -227,113 +58,6 @@ def cmd_report(a: argparse.Namespace) -> int:
     doc.write_text(markdown(runs, out, plots, doc.parent, a.seeds))
     print(f"table2.py report: {len(allruns)} runs -> {doc} ({len(plots)} plots)", file=sys.stderr)
     return 0
-
-
-def ecn_ratios(runs: dict[Config, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Per AQM and rate: the ECN/no-ECN ratio of the total data, ours (mean, per-seed range) and the paper's."""
-    out = []
-    for aqm in AQMS:
-        for rate in RATES:
-            p_off, p_on = PAPER_MB[(aqm, rate)]
-            off = {r["seed"]: r["total_in_mb"] for r in runs[Config(aqm, rate, False)]}
-            on = {r["seed"]: r["total_in_mb"] for r in runs[Config(aqm, rate, True)]}
-            pairs = [on[s] / off[s] for s in sorted(set(on) & set(off))]
-            ours = mean_of(list(on.values())) / mean_of(list(off.values())) if on and off else math.nan
-            lo, hi = (min(pairs), max(pairs)) if pairs else (ours, ours)
-            mine, theirs, verdict = ratio_verdict(ours, lo, hi, p_on / p_off)
-            d_off = [r["out_0_90_mb"] for r in runs[Config(aqm, rate, False)]]
-            d_on = [r["out_0_90_mb"] for r in runs[Config(aqm, rate, True)]]
-            late = any(r["late_s"] for e in (False, True) for r in runs[Config(aqm, rate, e)])
-            out.append({"aqm": aqm, "rate": rate, "paper": p_on / p_off, "ours": ours, "lo": lo, "hi": hi,
-                        "n": len(pairs), "ours_dir": mine, "theirs_dir": theirs, "verdict": verdict,
-                        "delivered": mean_of(d_on) / mean_of(d_off) if d_on and d_off else math.nan, "late": late})
-    return out
-
-
-def srtt_claim(runs: dict[Config, list[dict[str, Any]]]) -> tuple[list[tuple[Any, ...]], list[str]]:
-    """Rows (rate, seed, L4S srtt, FQ-PIE srtt, their queue delays), both with ECN; one verdict line per rate."""
-    rows, verdicts = [], []
-    for rate in RATES:
-        l4 = {r["seed"]: r for r in runs[Config("l4s", rate, True)]}
-        fq = {r["seed"]: r for r in runs[Config("fq_pie", rate, True)]}
-        common = sorted(set(l4) & set(fq))
-        rows += [(rate, s, l4[s]["srtt_ms"], fq[s]["srtt_ms"], l4[s]["qdelay_mean_ms"], fq[s]["qdelay_mean_ms"])
-                 for s in common]
-        fp = {s: r["srtt_ms"] for s, r in fq.items()}
-        l4 = {s: r["srtt_ms"] for s, r in l4.items()}
-        if common:
-            diffs = [l4[s] - fp[s] for s in common]
-            if all(d < -1.0 for d in diffs):
-                v = "holds (L4S lower in every seed, by more than 1 ms)"
-            elif all(d > 1.0 for d in diffs):
-                v = "does not hold: L4S higher in every seed"
-            else:
-                v = "does not hold: within 1 ms or the seeds disagree"
-            verdicts.append(f"{rate} Mbit/s: {v} (mean difference {statistics.fmean(diffs):+.1f} ms, "
-                            f"{len(common)} seed(s))")
-    return rows, verdicts
-
-
-def summary_lines(runs: dict[Config, list[dict[str, Any]]]) -> list[str]:
-    """The headline: utilisation, delay targets, ECN ratios, the srtt claim, late starts (only what was run)."""
-    have = [c for c in CONFIGS if runs[c]]
-    out = []
-    if not have:
-        return ["no finished run"]
-    ok = [c for c in have if all(r["util"] >= UTIL_TARGET for r in runs[c])]
-    worst = min((r for c in have for r in runs[c]), key=lambda r: r["util"])
-    out.append(f"Utilisation >= 90 % in every seed: {len(ok)} of {len(have)} configurations run (lowest: "
-               f"{100 * worst['util']:.1f} %, {worst['config'].title}, seed {worst['seed']}).")
-    for rate in RATES:
-        parts = []
-        for aqm in AQMS:
-            rs = [r for e in (False, True) for r in runs[Config(aqm, rate, e)]]
-            if rs:
-                m = [r["qdelay_mean_ms"] for r in rs]
-                parts.append(f"{LABEL[aqm]} {min(m):.1f}-{max(m):.1f}")
-        if parts:
-            out.append(f"Mean queue delay at {rate} Mbit/s (ms, range over ECN on/off and seeds; targets CoDel and "
-                       f"FQ-CoDel 5, PIE, FQ-PIE, DualPI2 15 ± 3): " + ", ".join(parts) + ".")
-    for aqm in ("codel", "fq_codel"):
-        parts = []
-        for rate in RATES:
-            v = [r["standing_ms"] for e in (False, True) for r in runs[Config(aqm, rate, e)]]
-            v = [x for x in v if x == x]
-            if v:
-                parts.append(f"{min(v):.1f}-{max(v):.1f} ms at {rate} Mbit/s")
-        if parts:
-            out.append(f"{LABEL[aqm]} standing queue (smallest sojourn per 100 ms, averaged; what CoDel's 5 ms target "
-                       f"bounds{', over all flow queues together' if aqm == 'fq_codel' else ''}): "
-                       + ", ".join(parts) + " (a 1500-byte packet takes 1.2 ms at 10 Mbit/s, 12 ms at 1 Mbit/s).")
-    pie_like = [c for c in have if TOLERANCE_MS[c.aqm] is not None]
-    on_t = [c for c in pie_like if _target_verdict(c.aqm, mean_of([r["qdelay_mean_ms"] for r in runs[c]])) == "yes"]
-    if pie_like:
-        outside = [c.title for c in pie_like if c not in on_t]
-        out.append(f"PIE-family (PIE, FQ-PIE, DualPI2 Classic) mean queue delay within 15 ± 3 ms: {len(on_t)} of "
-                   f"{len(pie_like)} configurations" + (f" (outside: {', '.join(outside)})." if outside else "."))
-    ratios = [x for x in ecn_ratios(runs) if x["verdict"] != "-"]
-    if ratios:
-        out.append(f"ECN/no-ECN ratio of the total data: ours {min(x['ours'] for x in ratios):.3f}-"
-                   f"{max(x['ours'] for x in ratios):.3f} (paper {min(x['paper'] for x in ratios):.3f}-"
-                   f"{max(x['paper'] for x in ratios):.3f}); direction agrees with the paper for "
-                   f"{sum(x['verdict'] == 'agree' for x in ratios)} of {len(ratios)} AQM/rate pairs.")
-    _, verdicts = srtt_claim(runs)
-    if verdicts:
-        out.append("L4S + ECN srtt lower than FQ-PIE + ECN (the paper's claim): " + "; ".join(verdicts) + ".")
-    parts = []
-    for rate in RATES:
-        off = [r["srtt_ms"] for r in runs[Config("l4s", rate, False)]]
-        on = [r["srtt_ms"] for r in runs[Config("l4s", rate, True)]]
-        if off and on:
-            parts.append(f"{rate} Mbit/s {mean_of(off):.1f} ms off, {mean_of(on):.1f} ms on")
-    if parts:
-        out.append("L4S (DualPI2) srtt without / with ECN (the paper reports a reduction with ECN): "
-                   + "; ".join(parts) + ".")
-    lates = [(c, r) for c in have for r in runs[c] if r["late_s"]]
-    if lates:
-        out.append(f"{len(lates)} run(s) had a flow start more than {LATE_S:g} s late because the AQM dropped its "
-                   "SYNs (below, \"Late starts\").")
-    return out
 
 
 def markdown(runs: dict[Config, list[dict[str, Any]]], out: Path, plots: dict[str, Path], doc_dir: Path,
@@ -372,7 +96,7 @@ def markdown(runs: dict[Config, list[dict[str, Any]]], out: Path, plots: dict[st
     w(f"* **Emulator timing** (linkemu's `tx_lateness_us`, actual minus ideal departure): p99 at most "
       f"{max(r['late_p99_us'] for r in allruns):.0f} µs in every run; the largest single delay "
       f"{max(r['late_max_us'] for r in allruns) / 1e3:.1f} ms (a scheduling hiccup of the loaded VM).")
-    w(f"* **Machine load**: {_load_summary(out, allruns)}; the runs were started with `nice -n 10` on a "
+    w(f"* **Machine load**: {load_summary(out, allruns)}; the runs were started with `nice -n 10` on a "
       "shared 2-core VM, other work ran beside them.")
     w("* **Set-up**: linkemu, one client namespace with four `reno` iperf3 flows (start 0, 10, 20, 30 s, 60 s "
       "each, 90 s run), data at 10 or 1 Mbit/s through the AQM, 10 ms one way each direction (20 ms base RTT), "
@@ -460,7 +184,7 @@ def markdown(runs: dict[Config, list[dict[str, Any]]], out: Path, plots: dict[st
           f"{'yes' if all(r['util'] >= UTIL_TARGET for r in rs) else 'no'} | "
           f"{_ms([r['qdelay_mean_ms'] for r in rs])} | {_ms([r['qdelay_p95_ms'] for r in rs])} | "
           f"{_ms([r['standing_ms'] for r in rs])} | {tgt} | "
-          f"{_target_verdict(c.aqm, qm)} | {_ms([r['srtt_ms'] for r in rs])} | "
+          f"{target_verdict(c.aqm, qm)} | {_ms([r['srtt_ms'] for r in rs])} | "
           f"{_ms([r['jain'] for r in rs], 3)} | {_ms([r['drops'] for r in rs], 0)} | "
           f"{_ms([r['marks'] for r in rs], 0)} | {_ms([r['retransmits'] for r in rs], 0)} | "
           f"{ecn_flows} |")
