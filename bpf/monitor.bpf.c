@@ -83,6 +83,16 @@ struct {
 	__type(value, struct flow_record);
 } ccs_records SEC(".maps");
 
+/* Records of the running pass so far.  User space zeroes it before each
+ * pass: the program cannot tell a pass's first call, as the last call of a
+ * one-socket pass and of an empty pass both come with seq_num 0. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} ccs_pass_count SEC(".maps");
+
 /* Scratch record for records beyond CCS_RECORD_SLOTS (the seq_file path):
  * too large for the 512-byte stack together with locals. */
 struct {
@@ -212,7 +222,6 @@ static __always_inline void subscribe_callbacks(struct sock *sk, struct tcp_sock
  * counters.  Passes of one loaded object run one at a time (one reader). */
 #define TS_REFRESH_RECORDS 64
 __u64 ccs_pass_ts_ns = 0;
-__u64 ccs_pass_records = 0;	/* records of the running pass so far */
 
 static __always_inline __u64 record_ts_ns(const struct bpf_iter_meta *meta)
 {
@@ -292,10 +301,13 @@ static __always_inline void emit_record(struct bpf_iter_meta *meta, struct sock 
 {
 	__u32 slot, zero = 0;
 	struct flow_record *r;
-	__u64 ts_ns;
+	__u64 *count, ts_ns;
 
+	count = bpf_map_lookup_elem(&ccs_pass_count, &zero);
+	if (!count)
+		return;
 	ts_ns = record_ts_ns(meta);
-	slot = ccs_pass_records;
+	slot = *count;
 	r = bpf_map_lookup_elem(&ccs_records, &slot);
 	if (r) {
 		fill_record(r, sk, tp, fr, ts_ns);
@@ -306,21 +318,17 @@ static __always_inline void emit_record(struct bpf_iter_meta *meta, struct sock 
 		fill_record(r, sk, tp, fr, ts_ns);
 		bpf_seq_write(meta->seq, r, sizeof(*r));
 	}
-	ccs_pass_records++;
-}
-
-/* Every call of a pass starts here: its first call (a socket or, for an
- * empty pass, the last call) resets the count. */
-static __always_inline void begin_call(const struct bpf_iter_meta *meta)
-{
-	if (meta->seq_num == 0)
-		ccs_pass_records = 0;
+	(*count)++;
 }
 
 /* The iterator's last call (no socket): the pass's record count ends the stream. */
 static __always_inline void end_pass(struct bpf_iter_meta *meta)
 {
-	bpf_seq_write(meta->seq, &ccs_pass_records, sizeof(ccs_pass_records));
+	__u32 zero = 0;
+	__u64 *count = bpf_map_lookup_elem(&ccs_pass_count, &zero);
+	__u64 n = count ? *count : 0;
+
+	bpf_seq_write(meta->seq, &n, sizeof(n));
 }
 
 SEC("iter/bpf_sk_storage_map")
@@ -330,7 +338,6 @@ int ccs_sample_tracked(struct bpf_iter__bpf_sk_storage_map *ctx)
 	struct sock *sk = ctx->sk;
 	struct tcp_sock *tp;
 
-	begin_call(ctx->meta);
 	if (!sk || !fr) {
 		if (!sk)
 			end_pass(ctx->meta);
@@ -354,7 +361,6 @@ int ccs_sample(struct bpf_iter__tcp *ctx)
 	struct tcp_sock *tp;
 	struct sock *sk;
 
-	begin_call(ctx->meta);
 	if (!skc) {
 		end_pass(ctx->meta);
 		return 0;

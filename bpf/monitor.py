@@ -70,6 +70,7 @@ FLOW_RECORD_DTYPE = np.dtype({"names": FLOW_RECORD_DTYPE.names,
 RECORD_SLOTS = 16384
 """CCS_RECORD_SLOTS of monitor.h: records a pass writes into the mapped array (default size)."""
 _COUNT = struct.Struct("<Q")
+_ZERO_KEY, _ZERO_COUNT = struct.pack("<I", 0), _COUNT.pack(0)
 
 
 def pass_records(slots: np.ndarray, out: bytes) -> np.ndarray:
@@ -143,6 +144,7 @@ class Monitor:
             if records.value_size != FLOW_RECORD_SIZE:
                 raise BpfError(f"monitor: ccs_records holds {records.value_size}-byte values, bpf/monitor.py "
                                f"{FLOW_RECORD_SIZE} (run `make -C bpf`)")
+            self._pass_count = self._obj.map("ccs_pass_count")
             self._slots_mem = mmap.mmap(records.fd, record_slots * FLOW_RECORD_SIZE, mmap.MAP_SHARED,
                                         mmap.PROT_READ)
         except BaseException:
@@ -167,6 +169,7 @@ class Monitor:
                 full = now - self._last_full >= FULL_WALK_EVERY_S
             if full:
                 self._last_full = now
+            self._pass_count.update(_ZERO_KEY, _ZERO_COUNT)
             return pass_records(self._slots, run_iter(self.iter_link if full else self.tracked_link))
 
     def _keep_sockops_attached(self) -> None:

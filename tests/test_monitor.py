@@ -248,3 +248,32 @@ def test_records_past_the_mapped_slots_come_through_the_iterator_output() -> Non
         cookies = records["cookie"].tolist()
         assert len(cookies) == 200 and set(cookies) == ref_cookies  # each socket once, none lost
     assert (tracked["ts_ns"] == stamps).all()  # the caller's copy, not a view of the live slots
+
+
+def test_a_pass_over_one_socket_and_over_none(bottleneck) -> None:
+    """One socket in the namespace gives one record, none gives none, by both walks.
+
+    The two look alike to the iterator program (its last call comes with seq_num 0 in both), so
+    the pass's record count must not be reset by the program from seq_num: it was, once, and a
+    lone flow was never sampled.  Also checks that a later empty pass does not repeat the last
+    pass's records from the mapped array.
+    """
+    import socket
+
+    from ccswitch.bpf.monitor import Monitor
+
+    with entered(bottleneck.receiver):
+        ls = socket.create_server((bottleneck.receiver_addr, PORT))
+    try:
+        with entered(bottleneck.sender), Monitor() as mon:
+            assert len(mon.snapshot(full=True)) == 0 and len(mon.snapshot(full=False)) == 0
+            with socket.create_connection((bottleneck.receiver_addr, PORT)) as s:
+                port = s.getsockname()[1]
+                one_full, one_tracked = mon.snapshot(full=True), mon.snapshot(full=False)
+            s.close()
+            time.sleep(0.2)  # FIN_WAIT/TIME_WAIT: not a full socket any more, or gone
+            after = [r for r in mon.snapshot(full=True) if r["state"] == 1]  # ESTABLISHED left over?
+    finally:
+        ls.close()
+    assert one_full["sport"].tolist() == [port] and one_tracked["sport"].tolist() == [port]
+    assert not after
