@@ -44,12 +44,14 @@ __all__ = [
     "WindowStore",
     "assemble",
     "base_feature_columns",
+    "base_feature_rows",
     "base_features",
     "competition_columns",
     "competition_features",
     "feature_names",
     "obs_dim",
     "set_cca_and_context",
+    "short_string_index",
 ]
 
 FEATURE_VERSION = 1
@@ -92,23 +94,46 @@ def obs_dim(window: int = WINDOW, actions: Sequence[str] = ACTIONS) -> int:
 OBS_DIM = obs_dim()
 
 
+_F64_MAX = float(np.finfo(np.float64).max)
+"""What np.nan_to_num makes of +inf."""
+
+
+def _zero_nan(x: np.ndarray) -> np.ndarray:
+    """NaN -> 0.0 in place: np.nan_to_num(x, nan=0.0, copy=False) where the infinities are capped or clipped
+    anyway; one cheap pass when there is no NaN, instead of its several."""
+    nan = np.isnan(x)
+    if nan.any():
+        x[nan] = 0.0
+    return x
+
+
 def base_feature_columns(cols: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """FlowSample columns (arrays of equal length) -> the raw BASE_FEATURES, one float64 array each."""
+    return list(base_feature_rows(cols))
+
+
+def base_feature_rows(cols: Mapping[str, np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    """FlowSample columns (arrays of equal shape S) -> the raw BASE_FEATURES feature-major, float64 [6, *S]
+    (written into *out* when given).
+
+    The BASE_FEATURES formulas bit for bit, in fewer passes: np.fmax's floor turns NaN into the floor as
+    nan_to_num's 0 would, and +inf is capped where nan_to_num's largest float ends up after the division."""
+    thr, rtt, ratio, loss, jit, snd = (np.asarray(cols[c], dtype=np.float64) for c in BASE_COLUMNS)
+    z = np.empty((len(BASE_FEATURES), *thr.shape)) if out is None else out
     with np.errstate(invalid="ignore", divide="ignore"):
-        thr = np.asarray(cols["throughput_bps"], dtype=np.float64)
-        rtt = np.asarray(cols["rtt_us"], dtype=np.float64)
-        ratio = np.asarray(cols["rtt_ratio"], dtype=np.float64)
-        loss = np.asarray(cols["loss_rate"], dtype=np.float64)
-        jit = np.asarray(cols["jitter_us"], dtype=np.float64)
-        snd = np.asarray(cols["sending_rate_bps"], dtype=np.float64)
-        return [
-            np.log(np.maximum(np.nan_to_num(thr, nan=0.0) / 1e6, 1e-3)),
-            np.log(np.maximum(rtt / 1e3, 1e-2)),
-            np.log(np.clip(ratio, 1.0, 100.0)),
-            np.clip(np.nan_to_num(loss, nan=0.0), 0.0, 1.0),
-            np.log1p(np.maximum(np.nan_to_num(jit, nan=0.0), 0.0) / 1e3),
-            np.log(np.maximum(np.nan_to_num(snd, nan=0.0) / 1e6, 1e-3)),
-        ]  # NaN where RTT is unknown; standardisation maps it to 0 (the mean)
+        for row, rate in ((z[0], thr), (z[5], snd)):  # ln(max(nan_to_num(rate) / 1e6, 1e-3))
+            np.divide(rate, 1e6, out=row)
+            np.fmax(row, 1e-3, out=row)
+            np.fmin(row, _F64_MAX / 1e6, out=row)
+            np.log(row, out=row)
+        np.log(np.maximum(np.divide(rtt, 1e3, out=z[1]), 1e-2, out=z[1]), out=z[1])
+        np.log(np.clip(ratio, 1.0, 100.0, out=z[2]), out=z[2])
+        _zero_nan(np.clip(loss, 0.0, 1.0, out=z[3]))  # clip(nan_to_num(loss), 0, 1)
+        np.maximum(jit, 0.0, out=z[4])  # ln(1 + max(nan_to_num(jitter), 0) / 1e3)
+        np.divide(z[4], 1e3, out=z[4])
+        np.log1p(np.minimum(z[4], _F64_MAX / 1e3, out=z[4]), out=z[4])  # np.minimum keeps NaN: zeroed here
+        _zero_nan(z[4])
+    return z  # NaN where RTT is unknown; standardisation maps it to 0 (the mean)
 
 
 def base_features(cols: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -129,22 +154,46 @@ def competition_features(throughput_bps: np.ndarray, group: np.ndarray, active: 
 
 def competition_columns(throughput_bps: np.ndarray, group: np.ndarray, active: np.ndarray, *,
                         group_inverse: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """competition_features() as its three columns."""
-    thr = np.maximum(np.nan_to_num(np.asarray(throughput_bps, dtype=np.float64), nan=0.0), 0.0)
+    """competition_features() as its three columns.
+
+    Each host's figures are computed once and spread to its rows; rows whose figures differ from their host's
+    (idle flows, which count themselves in, and rates whose square overflows: see _figures) are computed on
+    their own.  Fewer passes over the rows than the formulas row by row, with the same bits."""
+    thr = np.maximum(np.asarray(throughput_bps, dtype=np.float64), 0.0)  # max(nan_to_num(thr), 0)
+    _zero_nan(np.minimum(thr, _F64_MAX, out=thr))
     act = np.asarray(active, dtype=bool)
     inv = np.unique(np.asarray(group), return_inverse=True)[1] if group_inverse is None else group_inverse
-    n_g = np.bincount(inv, weights=act.astype(np.float64))
-    s_g = np.bincount(inv, weights=thr * act)
-    q_g = np.bincount(inv, weights=thr * thr * act)
-    # each row's group as if the row itself were active
-    n = n_g[inv] + (~act)
-    s = s_g[inv] + thr * (~act)
-    q = q_g[inv] + thr * thr * (~act)
-    others = np.clip((n - 1) / MAX_OTHERS, 0.0, 1.0)
+    actf = act.astype(np.float64)
+    thr2 = thr * thr
+    n_g = np.bincount(inv, weights=actf)
+    s_g = np.bincount(inv, weights=thr * actf)
+    q_g = np.bincount(inv, weights=np.multiply(thr2, actf))
+    others_g, jain_g, alone_g = _figures(n_g, s_g, q_g)
+    others, jain, s = others_g[inv], jain_g[inv], s_g[inv]
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(s > 0, thr / s, 1.0 / np.maximum(n, 1))
-        jain = np.where(q > 0, s * s / (n * q), 1.0)
-    return others, share, np.where(n <= 1, 1.0, jain)
+        share = thr / s
+    if not (s_g > 0).all():
+        share = np.where(s > 0, share, alone_g[inv])
+    odd = np.flatnonzero(~act | (thr2 == np.inf))
+    if len(odd):
+        g, idle = inv[odd], ~act[odd]
+        n, s, q = n_g[g] + idle, s_g[g] + thr[odd] * idle, q_g[g] + thr2[odd] * idle
+        others[odd], jain[odd], alone = _figures(n, s, q)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share[odd] = np.where(s > 0, thr[odd] / s, alone)
+    return others, share, jain
+
+
+def _figures(n: np.ndarray, s: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(local.others, local.jain, a share when nothing moves: 1 / n) of a row whose host has n active flows
+    (the row counted in) of throughputs summing to s, and to q squared.
+
+    A row is counted in by adding its own figures if idle, 0 if active (so its host's figures hold), except
+    that 0 * inf is NaN: an active row of thr * thr = inf gets q = NaN, which counts as no spread (jain 1)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        others = np.clip((n - 1) / MAX_OTHERS, 0.0, 1.0)
+        jain = np.where(n <= 1, 1.0, np.where(q > 0, s * s / (n * q), 1.0))
+        return others, jain, 1.0 / np.maximum(n, 1)
 
 
 def is_active(throughput_bps: np.ndarray, sndq_bytes: np.ndarray) -> np.ndarray:
@@ -184,14 +233,19 @@ class Normalisation:
         """In place on raw features stored feature-major: ``z[k]`` is BASE_FEATURE k, a float64 array of any
         shape (z: one array, or a list of them).  Returns z.
 
-        The arithmetic of apply(); one contiguous pass per feature is much faster than numpy's
-        broadcasting over a trailing axis of 6."""
+        The arithmetic of apply(); each feature's mean and std apply to its contiguous values (numpy
+        broadcasts over a trailing axis of 6 much more slowly).  Clipping keeps NaN, then NaN -> 0: the
+        result of nan_to_num then clip."""
+        if isinstance(z, np.ndarray):  # all features in one pass per step, as z[k] -= mean[k] ...
+            shape = (len(self.mean),) + (1,) * (z.ndim - 1)
+            z -= np.reshape(self.mean, shape)
+            z /= np.reshape(self.std, shape)
+            return _zero_nan(np.clip(z, -self.clip, self.clip, out=z))
         for k, (mean, std) in enumerate(zip(self.mean, self.std, strict=True)):
             x = z[k]
             x -= mean
             x /= std
-            np.nan_to_num(x, copy=False, nan=0.0)
-            np.clip(x, -self.clip, self.clip, out=x)
+            _zero_nan(np.clip(x, -self.clip, self.clip, out=x))
         return z
 
     def as_dict(self) -> dict[str, object]:
@@ -244,6 +298,8 @@ class WindowStore:
         self._group: np.ndarray | None = None  # the last netns_cookie column and its np.unique inverse
         self._group_inverse: np.ndarray | None = None
         self._slots_range: tuple[np.ndarray | None, slice | None] = (None, None)  # the last slots given, as a slice
+        self._scratch = np.empty((len(BASE_FEATURES), 0))  # _tail's buffers, grown to the largest table
+        self._tail_buf = np.empty((0, 0), np.float32)
 
     @property
     def capacity(self) -> int:
@@ -272,7 +328,6 @@ class WindowStore:
 
         *cols*: BASE_COLUMNS, sndq_bytes and netns_cookie (the competition group); cca_index [N]: -1 for none."""
         k, nz = len(BASE_FEATURES), self.window * len(BASE_FEATURES)
-        z = self.norm.standardise(base_feature_columns(cols))  # 6 columns
         obs = np.empty((len(slots), self.rows.shape[1]), np.float32)
         flat = obs.reshape(-1)
         any_new = bool(new.any())
@@ -282,16 +337,9 @@ class WindowStore:
         else:
             np.take(self.rows, slots, axis=0, out=obs)  # much faster than fancy indexing of rows
             flat[:-k] = flat[k:]  # overlapping: numpy copies through a buffer
-        for j in range(k):  # column by column: numpy loops slowly over a short trailing axis
-            obs[:, nz - k + j] = z[j]
+        obs[:, nz - k:] = self._tail(cols, cca_index).T  # one strided copy (a column at a time costs twice that)
         if any_new:  # a new flow's window: its first interval throughout
             obs[new, :nz] = np.tile(obs[new, nz - k:nz], self.window)
-        thr = np.asarray(cols["throughput_bps"], dtype=np.float64)
-        group = np.asarray(cols["netns_cookie"])
-        if self._group is None or not np.array_equal(group, self._group):
-            self._group, self._group_inverse = group.copy(), np.unique(group, return_inverse=True)[1]
-        ctx = competition_columns(thr, group, is_active(thr, cols["sndq_bytes"]), group_inverse=self._group_inverse)
-        set_cca_and_context(obs, cca_index, ctx, self.n_actions)
         if run is not None:
             self.rows[run] = obs
             self.last_seen[run] = tick
@@ -305,6 +353,64 @@ class WindowStore:
         if len(slots) > 1 and np.bincount(slots).max() > 1:  # ... and every listing shows the stored window
             obs[:, :nz] = np.take(self.rows, slots, axis=0)[:, :nz]
         return obs
+
+    def _tail(self, cols: Mapping[str, np.ndarray], cca_index: np.ndarray) -> np.ndarray:
+        """What a tick writes after the shifted windows, feature-major float32 [6 + n_actions + 3, N]: the
+        newest interval standardised, the CCA one-hot and the context clipped to [0, 1].  Each row is one
+        contiguous pass, in buffers kept across ticks."""
+        n, k = len(cca_index), len(BASE_FEATURES)
+        if self._scratch.shape[1] < n:
+            self._scratch = np.empty((k, n))
+            self._tail_buf = np.empty((self.rows.shape[1] - self.window * k + k, n), np.float32)
+        tail = self._tail_buf[:, :n]
+        tail[:k] = self.norm.standardise(base_feature_rows(cols, out=self._scratch[:, :n]))  # float64 -> float32
+        for j in range(self.n_actions):
+            np.equal(cca_index, j, out=tail[k + j])
+        thr = np.asarray(cols["throughput_bps"], dtype=np.float64)
+        group = np.asarray(cols["netns_cookie"])
+        if self._group is None or not np.array_equal(group, self._group):
+            self._group, self._group_inverse = group.copy(), np.unique(group, return_inverse=True)[1]
+        ctx = competition_columns(thr, group, is_active(thr, cols["sndq_bytes"]), group_inverse=self._group_inverse)
+        for j, col in enumerate(ctx):
+            np.clip(col, 0.0, 1.0, out=tail[k + self.n_actions + j])
+        return tail
+
+
+def short_string_index(array: object, values: Sequence[str]) -> np.ndarray | None:
+    """Each row's index in *values* (the first if repeated; -1: none) for a pyarrow string array without
+    nulls, as ``pc.index_in`` gives it; None when the values are not all of 8 bytes or less (UTF-8) or the
+    array is of another kind.
+
+    index_in hashes every string (about 20 ns a row); this reads each string's first 8 bytes as one integer
+    and compares it, masked to a value's length, and the string's length with each value's: a few
+    branch-free passes."""
+    import pyarrow as pa
+
+    if not isinstance(array, pa.Array) or array.null_count or not (
+            pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+        return None
+    encoded = [v.encode() for v in values]
+    if any(len(e) > 8 for e in encoded):
+        return None
+    out = np.full(len(array), -1, dtype=np.int64)
+    if not len(array):
+        return out
+    width = 8 if pa.types.is_large_string(array.type) else 4
+    _, offsets_buf, data_buf = array.buffers()
+    offsets = np.frombuffer(offsets_buf, f"<i{width}", len(array) + 1, array.offset * width)
+    data = np.zeros((data_buf.size if data_buf is not None else 0) + 8, np.uint8)  # + 8: every read in bounds
+    if data_buf is not None:
+        data[:-8] = np.frombuffer(data_buf, np.uint8)
+    words = np.ndarray((len(data) - 7,), np.dtype("<u8"), data, 0, (1,))  # words[i]: the 8 bytes from byte i
+    start = offsets[:-1]
+    keys, length = words.take(start), offsets[1:] - start
+    for j, e in enumerate(encoded):
+        if e in encoded[:j]:
+            continue  # the first of repeated values wins: the matches below are then exclusive
+        match = (keys & np.uint64((1 << 8 * len(e)) - 1)) == np.uint64(int.from_bytes(e, "little"))
+        match &= length == len(e)
+        out += match * (j + 1)  # arithmetic: np.where or a masked store mispredict on mixed rows
+    return out
 
 
 class ObservationBuilder:
@@ -365,12 +471,17 @@ class ObservationBuilder:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        if self._action_array is None:
-            self._action_array = pa.array(self.actions, pa.string())
         cols = {c: table.column(c).to_numpy(zero_copy_only=False)  # type: ignore[attr-defined]
                 for c in (*BASE_COLUMNS, "flow_id", "sndq_bytes", "netns_cookie")}
-        idx = pc.index_in(table.column("cca"), value_set=self._action_array)  # type: ignore
-        return self._update(cols, idx.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64))
+        cca = table.column("cca")  # type: ignore[attr-defined]
+        cca = cca.combine_chunks() if isinstance(cca, pa.ChunkedArray) else cca
+        idx = short_string_index(cca, self.actions)
+        if idx is None:
+            if self._action_array is None:
+                self._action_array = pa.array(self.actions, pa.string())
+            found = pc.index_in(cca, value_set=self._action_array)  # type: ignore[attr-defined]
+            idx = found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        return self._update(cols, idx)
 
     def update_arrays(self, cols: Mapping[str, np.ndarray], ccas: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Like :meth:`update`, from numpy columns and the CCA names."""

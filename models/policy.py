@@ -141,6 +141,19 @@ def decode_array(d: Any, where: str) -> np.ndarray:
     return np.frombuffer(raw, dtype="<f4").reshape(shape).astype(np.float32)
 
 
+def _argmax_rows(q: np.ndarray) -> np.ndarray:
+    """np.argmax(q, axis=1) (ties: the lowest index) for q [N, A]: column against column, as numpy's
+    argmax loops slowly over a short trailing axis.  With NaN (argmax picks the first) numpy decides."""
+    if q.ndim != 2 or q.shape[1] < 2 or np.isnan(q).any():
+        return np.argmax(q, axis=-1)
+    best, idx = np.maximum(q[:, 0], q[:, 1]), (q[:, 1] > q[:, 0]).astype(np.intp)
+    for j in range(2, q.shape[1]):
+        col = q[:, j]
+        np.maximum(idx, (col > best) * j, out=idx)  # j where col beats 0 .. j - 1: branch-free, unlike np.where
+        np.maximum(best, col, out=best)
+    return idx
+
+
 class _Scratch(threading.local):
     """Per-thread buffers of Policy.q_values, reused across calls; not pickled or copied.
 
@@ -231,7 +244,7 @@ class Policy:
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Greedy action indices [N] (argmax Q; ties: the lowest index)."""
-        return np.argmax(self.q_values(obs), axis=-1)
+        return _argmax_rows(self.q_values(obs))
 
     def decide(self, obs: np.ndarray) -> list[str]:
         """Greedy CCA names for a batch of observations."""

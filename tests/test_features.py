@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from ccswitch.daemon.observations import LiveObservations
@@ -22,12 +23,15 @@ from ccswitch.envs.features import (
     BASE_COLUMNS,
     Normalisation,
     ObservationBuilder,
+    base_feature_columns,
     base_features,
+    competition_columns,
     competition_features,
     is_active,
+    short_string_index,
 )
 from ccswitch.frame import FlowFrame
-from ccswitch.models.policy import Policy, load_policy
+from ccswitch.models.policy import Policy, _argmax_rows, load_policy
 from ccswitch.schema import FLOW_SAMPLE_SCHEMA
 
 CCAS = ("cubic", "bbr", "pcc", "reno", "")
@@ -107,6 +111,30 @@ def flow_tables(seed: int, ticks: int = 48) -> Iterator[pa.Table]:
                                    schema=FLOW_SAMPLE_SCHEMA)
 
 
+def literal_base_features(cols: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """BASE_FEATURES as their formulas read (envs/features.py's docs)."""
+    thr, rtt, ratio, loss, jit, snd = (np.asarray(cols[c], dtype=np.float64) for c in BASE_COLUMNS)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return [np.log(np.maximum(np.nan_to_num(thr, nan=0.0) / 1e6, 1e-3)), np.log(np.maximum(rtt / 1e3, 1e-2)),
+                np.log(np.clip(ratio, 1.0, 100.0)), np.clip(np.nan_to_num(loss, nan=0.0), 0.0, 1.0),
+                np.log1p(np.maximum(np.nan_to_num(jit, nan=0.0), 0.0) / 1e3),
+                np.log(np.maximum(np.nan_to_num(snd, nan=0.0) / 1e6, 1e-3))]
+
+
+def literal_competition(thr: np.ndarray, group: np.ndarray, act: np.ndarray) -> list[np.ndarray]:
+    """(local.others, local.share, local.jain) row by row: each row's host, the row counted in."""
+    thr = np.maximum(np.nan_to_num(thr, nan=0.0), 0.0)
+    inv = np.unique(group, return_inverse=True)[1]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        n_g = np.bincount(inv, weights=act.astype(np.float64))
+        s_g = np.bincount(inv, weights=thr * act)
+        q_g = np.bincount(inv, weights=thr * thr * act)
+        n, s, q = n_g[inv] + (~act), s_g[inv] + thr * (~act), q_g[inv] + thr * thr * (~act)
+        share = np.where(s > 0, thr / s, 1.0 / np.maximum(n, 1))
+        jain = np.where(n <= 1, 1.0, np.where(q > 0, s * s / (n * q), 1.0))
+    return [np.clip((n - 1) / 4, 0.0, 1.0), share, jain]
+
+
 def bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)  # NaN == NaN, -0.0 != 0.0
 
@@ -179,3 +207,62 @@ def test_normalisation_apply_equals_the_formula_and_leaves_its_input() -> None:
         got = norm.apply(x)
         assert got.shape == x.shape and np.array_equal(got.view(np.uint64), want.view(np.uint64)), x.shape
         assert np.array_equal(x, before, equal_nan=True), x.shape
+
+
+EDGES = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1e-300, 1e-3, 0.5, 1.0, 99.0, 150.0, 1e5, 1e154, 1e200,
+                  np.finfo(np.float64).max])
+
+
+def test_base_features_and_competition_equal_their_formulas_bit_for_bit() -> None:
+    """The few-pass base_feature_columns and per-host competition_columns against the formulas as written, on
+    NaN, infinities, signed zeros, negatives and rates whose square overflows, idle and active rows."""
+    rng = np.random.default_rng(5)
+    n = 4000
+    with np.errstate(over="ignore"):
+        cols = {c: rng.choice(EDGES, n) * rng.choice([1.0, 1.0, 3.7], n) for c in BASE_COLUMNS}
+    for got, want in zip(base_feature_columns(cols), literal_base_features(cols), strict=True):
+        assert got.dtype == np.float64 and np.array_equal(got.view(np.uint64), want.view(np.uint64))
+    for groups in (1, 3, 50):
+        group = rng.integers(0, groups, n).astype(np.uint64)
+        thr = np.where(rng.random(n) < 0.5, rng.choice(EDGES, n), rng.uniform(0, 1e8, n))
+        thr[group == 1] = rng.choice([0.0, -0.0, -1.0, np.nan], int((group == 1).sum()))  # a host at a standstill
+        for act in (np.ones(n, bool), rng.random(n) < 0.7, np.zeros(n, bool)):
+            with np.errstate(invalid="ignore", over="ignore"):
+                got = competition_columns(thr, group, act)
+            for g, w in zip(got, literal_competition(thr, group, act), strict=True):
+                assert np.array_equal(g.view(np.uint64), w.view(np.uint64)), (groups, act.mean())
+    assert all(len(c) == 0 for c in competition_columns(np.empty(0), np.empty(0), np.empty(0, bool)))
+
+
+def test_short_string_index_equals_index_in() -> None:
+    """Matches of the actions by length and first 8 bytes, as pc.index_in (-1 for none): prefixes, NUL bytes,
+    non-ASCII, empty strings, 8-byte values, repeated values, slices, large strings; None where it does not
+    apply (nulls, values over 8 bytes, another type)."""
+    rng = np.random.default_rng(6)
+    pool = ["cubic", "bbr", "pcc", "", "cubic2", "bb", "bbr\0", "cub", "reno", "bbr2", "dctcp", "prague",
+            "\u00e9t\u00e9", "cubiccubic", "12345678", "123456789", "1234567"]
+    values_sets = [("cubic", "bbr", "pcc"), ("pcc", "", "12345678", "\u00e9t\u00e9"), ("bbr", "bbr", "cubic"), ()]
+    strings = rng.choice(pool, 3000).tolist()
+    for typ in (pa.string(), pa.large_string()):
+        arr = pa.array(strings, typ)
+        for a in (arr, arr.slice(7, 2000), arr.slice(0, 0)):
+            for values in values_sets:
+                want = pc.index_in(a, value_set=pa.array(values, pa.string())).fill_null(-1).to_numpy(
+                    zero_copy_only=False)
+                got = short_string_index(a, values)
+                assert got is not None and np.array_equal(got, want), (typ, len(a), values)
+    assert short_string_index(pa.array(["cubic", None]), ("cubic",)) is None
+    assert short_string_index(pa.array(["cubic"]), ("123456789",)) is None
+    assert short_string_index(pa.array([1, 2]), ("cubic",)) is None
+
+
+def test_argmax_rows_equals_numpy() -> None:
+    """Greedy actions column by column: ties to the lowest index, signed zeros, NaN (numpy's rule), 1 to 5
+    actions."""
+    rng = np.random.default_rng(7)
+    for a in (1, 2, 3, 5):
+        q = rng.choice(np.float32([-1.0, -0.0, 0.0, 0.5, 2.0]), (500, a))
+        assert np.array_equal(_argmax_rows(q), np.argmax(q, axis=1)), a
+        q[3, -1] = np.nan
+        assert np.array_equal(_argmax_rows(q), np.argmax(q, axis=1)), a
+    assert _argmax_rows(np.float32([1.0, 3.0, 2.0])) == 1
