@@ -70,6 +70,9 @@ FLOW_RECORD_DTYPE = np.dtype({"names": FLOW_RECORD_DTYPE.names,
 RECORD_SLOTS = 16384
 """CCS_RECORD_SLOTS of monitor.h: records a pass writes into the mapped array (default size)."""
 _COUNT = struct.Struct("<Q")
+_RECORD_BYTES = np.dtype((np.void, FLOW_RECORD_SIZE))
+"""A record as opaque bytes: numpy copies a structured dtype field by field (2 ms for 10,000
+records here), opaque records as one memcpy (0.2 ms)."""
 _ZERO_KEY, _ZERO_COUNT = struct.pack("<I", 0), _COUNT.pack(0)
 
 
@@ -84,11 +87,11 @@ def pass_records(slots: np.ndarray, out: bytes) -> np.ndarray:
         raise BpfError(f"monitor: a sampling pass returned {len(out)} bytes, not records and a count "
                        "(monitor.bpf.o and bpf/monitor.py from different versions? run `make -C bpf`)")
     (count,) = _COUNT.unpack_from(out, len(out) - _COUNT.size)
-    head = slots[:min(count, len(slots))]
+    head = slots[:min(count, len(slots))].view(_RECORD_BYTES)
     if len(out) == _COUNT.size:
-        return head.copy()
-    tail = np.frombuffer(out, dtype=FLOW_RECORD_DTYPE, count=(len(out) - _COUNT.size) // FLOW_RECORD_SIZE)
-    return np.concatenate([head, tail])
+        return head.copy().view(FLOW_RECORD_DTYPE)
+    tail = np.frombuffer(out, dtype=_RECORD_BYTES, count=(len(out) - _COUNT.size) // FLOW_RECORD_SIZE)
+    return np.concatenate([head, tail]).view(FLOW_RECORD_DTYPE)
 
 
 def _load_object(obj_path: Path, record_slots: int) -> tuple[BpfObject, bool]:
