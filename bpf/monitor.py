@@ -69,11 +69,21 @@ FLOW_RECORD_DTYPE = np.dtype({"names": FLOW_RECORD_DTYPE.names,
                               "itemsize": FLOW_RECORD_SIZE})
 RECORD_SLOTS = 16384
 """CCS_RECORD_SLOTS of monitor.h: records a pass writes into the mapped array (default size)."""
+MAPPED_SLOTS_MIN = 256
+"""Slots user space maps at first (60 KiB); more, in powers of two, once a pass fills more."""
 _COUNT = struct.Struct("<Q")
 _RECORD_BYTES = np.dtype((np.void, FLOW_RECORD_SIZE))
 """A record as opaque bytes: numpy copies a structured dtype field by field (2 ms for 10,000
 records here), opaque records as one memcpy (0.2 ms)."""
 _ZERO_KEY, _ZERO_COUNT = struct.pack("<I", 0), _COUNT.pack(0)
+
+
+def pass_count(out: bytes) -> int:
+    """The record count that ends a pass's iterator output (overflow records, then the count)."""
+    if len(out) < _COUNT.size or (len(out) - _COUNT.size) % FLOW_RECORD_SIZE:
+        raise BpfError(f"monitor: a sampling pass returned {len(out)} bytes, not records and a count "
+                       "(monitor.bpf.o and bpf/monitor.py from different versions? run `make -C bpf`)")
+    return _COUNT.unpack_from(out, len(out) - _COUNT.size)[0]
 
 
 def pass_records(slots: np.ndarray, out: bytes) -> np.ndarray:
@@ -83,10 +93,7 @@ def pass_records(slots: np.ndarray, out: bytes) -> np.ndarray:
     count.  Only the slots are taken from the count: an overflow record the
     kernel had to show twice is counted twice, and it is past the slots.
     """
-    if len(out) < _COUNT.size or (len(out) - _COUNT.size) % FLOW_RECORD_SIZE:
-        raise BpfError(f"monitor: a sampling pass returned {len(out)} bytes, not records and a count "
-                       "(monitor.bpf.o and bpf/monitor.py from different versions? run `make -C bpf`)")
-    (count,) = _COUNT.unpack_from(out, len(out) - _COUNT.size)
+    count = pass_count(out)
     head = slots[:min(count, len(slots))].view(_RECORD_BYTES)
     if len(out) == _COUNT.size:
         return head.copy().view(FLOW_RECORD_DTYPE)
@@ -148,12 +155,13 @@ class Monitor:
                 raise BpfError(f"monitor: ccs_records holds {records.value_size}-byte values, bpf/monitor.py "
                                f"{FLOW_RECORD_SIZE} (run `make -C bpf`)")
             self._pass_count = self._obj.map("ccs_pass_count")
-            self._slots_mem = mmap.mmap(records.fd, record_slots * FLOW_RECORD_SIZE, mmap.MAP_SHARED,
-                                        mmap.PROT_READ)
         except BaseException:
             self._obj.close()
             raise
-        self._slots = np.frombuffer(self._slots_mem, dtype=FLOW_RECORD_DTYPE, count=record_slots)
+        self._records_fd, self.record_slots = records.fd, record_slots
+        self._slots_mem: mmap.mmap | None = None
+        self._slots = np.empty(0, dtype=FLOW_RECORD_DTYPE)
+        self._map_slots(min(MAPPED_SLOTS_MIN, record_slots))
         self._pass_lock = threading.Lock()
         self._last_full = -float("inf")
         self.reattached = 0  # times the sockops hook was re-attached after an outside detach
@@ -173,7 +181,29 @@ class Monitor:
             if full:
                 self._last_full = now
             self._pass_count.update(_ZERO_KEY, _ZERO_COUNT)
-            return pass_records(self._slots, run_iter(self.iter_link if full else self.tracked_link))
+            out = run_iter(self.iter_link if full else self.tracked_link)
+            filled = min(pass_count(out), self.record_slots)
+            if filled > len(self._slots):
+                self._map_slots(min(self.record_slots, 1 << (filled - 1).bit_length()))
+            return pass_records(self._slots, out)
+
+    def _map_slots(self, n: int) -> None:
+        """Map the first *n* slots of ccs_records (replacing the smaller mapping).
+
+        The kernel maps a BPF array's pages all at once, so the mapping is resident
+        memory: it grows with the most records a pass has filled, not to the array's size.
+        """
+        mem = mmap.mmap(self._records_fd, n * FLOW_RECORD_SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+        self._release_slots()
+        self._slots_mem, self._slots = mem, np.frombuffer(mem, dtype=FLOW_RECORD_DTYPE, count=n)
+
+    def _release_slots(self) -> None:
+        # drop our view first: an mmap with views exported refuses to close
+        self._slots = np.empty(0, dtype=FLOW_RECORD_DTYPE)
+        if self._slots_mem is not None:
+            with contextlib.suppress(BufferError):
+                self._slots_mem.close()
+            self._slots_mem = None
 
     def _keep_sockops_attached(self) -> None:
         """Re-attach the sockops hook when something detached it from outside (one syscall per pass).
@@ -190,10 +220,7 @@ class Monitor:
         self.reattached += 1
 
     def close(self) -> None:
-        # drop our view first: an mmap with views exported refuses to close
-        self._slots = np.empty(0, dtype=FLOW_RECORD_DTYPE)
-        with contextlib.suppress(BufferError):
-            self._slots_mem.close()
+        self._release_slots()
         self._obj.close()
 
     def __enter__(self) -> Monitor:

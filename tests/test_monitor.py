@@ -210,11 +210,12 @@ def test_kernel_refusing_the_tracked_pass_falls_back_to_the_full_walk(bottleneck
 def test_records_past_the_mapped_slots_come_through_the_iterator_output() -> None:
     """A pass with more records than the mapped array holds returns every socket once, by both walks.
 
-    The array is cut to 3 slots so that 200 loopback sockets (both ends live in the namespace) send
-    197 records through the iterator's output: 47 KB, more than one 32 KiB read, so the kernel also
-    restarts the walk and shows the record that did not fit again (counted twice in the pass's
+    The array is cut to 3 slots so that 300 loopback sockets (both ends live in the namespace) send
+    297 records through the iterator's output: 71 KB, more than two 32 KiB reads, so the kernel also
+    restarts the walk and shows the records that did not fit again (counted twice in the pass's
     count, which user space must not trust past the slots).  The reference is a monitor with the
-    default array, where every record fits.
+    default array, where every record fits; it maps 256 slots at first and more once a pass fills
+    them (the mapping is resident memory).
     """
     import socket
 
@@ -226,12 +227,14 @@ def test_records_past_the_mapped_slots_come_through_the_iterator_output() -> Non
     try:
         with entered(ns):
             subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-            srv = socket.create_server(("127.0.0.1", 0), backlog=200)
-            clients = [socket.create_connection(srv.getsockname()) for _ in range(100)]
-            accepted = [srv.accept()[0] for _ in range(100)]
+            srv = socket.create_server(("127.0.0.1", 0), backlog=300)
+            clients = [socket.create_connection(srv.getsockname()) for _ in range(150)]
+            accepted = [srv.accept()[0] for _ in range(150)]
             try:
                 with Monitor() as ref:
+                    mapped_at_start = len(ref._slots)
                     ref_cookies = set(ref.snapshot(full=True)["cookie"].tolist())
+                    mapped_after = len(ref._slots)
                 with Monitor(record_slots=3) as mon:
                     full = mon.snapshot(full=True)
                     tracked = mon.snapshot(full=False)
@@ -243,10 +246,10 @@ def test_records_past_the_mapped_slots_come_through_the_iterator_output() -> Non
                     s.close()
     finally:
         delete_netns(ns)
-    assert len(ref_cookies) == 200
+    assert len(ref_cookies) == 300 and (mapped_at_start, mapped_after) == (256, 512)
     for records in (full, tracked):
         cookies = records["cookie"].tolist()
-        assert len(cookies) == 200 and set(cookies) == ref_cookies  # each socket once, none lost
+        assert len(cookies) == 300 and set(cookies) == ref_cookies  # each socket once, none lost
     assert (tracked["ts_ns"] == stamps).all()  # the caller's copy, not a view of the live slots
 
 
