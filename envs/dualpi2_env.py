@@ -18,6 +18,10 @@ Spaces::
     action_space       Box(-1, 1, (1,), float32)    mode "step": p' <- p' * 2**(a/2) (clipped to 1e-3..1), the PI
                                                      controller paused; mode "residual": p' = the PI
                                                      controller's p' * 2**a (it keeps running)
+    mode "residual-k"                                Box(-1, 2, (15,)): the 12 and k, the L4S packet share
+                                                     (interval, ~1 s average); Box(-1, 1, (2,)): the factor
+                                                     and k = 2**(1 + a_k); reward_k (the L:C imbalance per
+                                                     flow, from the condition's flow counts, is charged)
 
 Episode (``reset``): a fresh condition drawn from :class:`ConditionSpace` with the
 env's RNG: link rate log-uniform 10..100 Mbit/s, base RTT 4..40 ms, 1-4
@@ -54,10 +58,12 @@ import numpy as np
 from ccswitch.models.dualpi2_actor import (
     ACTION_KINDS,
     LEASE_INTERVALS,
-    OBS_FEATURES,
     Observer,
+    action_dims,
     control_params,
+    features_for,
     reward,
+    reward_k,
 )
 
 __all__ = ["Condition", "ConditionSpace", "DualPi2Env"]
@@ -118,14 +124,15 @@ class DualPi2Env(gym.Env):
 
     def __init__(self, *, interval_s: float = 0.05, steps: int = 100, space: ConditionSpace | None = None,
                  controller: str = "agent", workdir: str | Path | None = None, target_ms: float = 15.0,
-                 warmup_s: float = 0.0, mode: str = "step") -> None:
+                 warmup_s: float = 0.0, mode: str = "step", w_lc: float = 0.5) -> None:
         if controller not in ("agent", "pi"):
             raise ValueError(f"controller must be 'agent' or 'pi', got {controller!r}")
         if mode not in ACTION_KINDS:
             raise ValueError(f"mode must be one of {', '.join(ACTION_KINDS)}, got {mode!r}")
         self.mode = mode
-        self.observation_space = gym.spaces.Box(-1.0, 2.0, (len(OBS_FEATURES),), np.float32)
-        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.w_lc = w_lc  # residual-k: the weight of the L:C term in reward_k
+        self.observation_space = gym.spaces.Box(-1.0, 2.0, (len(features_for(mode)),), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (action_dims(mode),), np.float32)
         self.interval_s = interval_s
         self.steps = steps
         self.space = space or ConditionSpace()
@@ -210,7 +217,7 @@ class DualPi2Env(gym.Env):
         self._start_episode(cond)
         if self.warmup_s > 0:  # the flows leave slow start under DualPI2's own PI controller
             time.sleep(self.warmup_s)
-        self._observer = Observer(cond.rate_mbit, self.target_ms)
+        self._observer = Observer(cond.rate_mbit, self.target_ms, extended=self.mode == "residual-k")
         self._t = 0
         self._next = time.monotonic()
         obs, raw = self._observe()  # counters start here
@@ -230,7 +237,8 @@ class DualPi2Env(gym.Env):
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         assert self._ctl is not None, "reset() first"
-        a = float(np.asarray(action, dtype=np.float64).reshape(-1)[0])
+        flat = np.asarray(action, dtype=np.float64).reshape(-1)
+        a: Any = (float(flat[0]), float(flat[1])) if self.mode == "residual-k" else float(flat[0])
         if self.controller == "agent":
             self._ctl.set("uplink", **control_params(self.mode, self._p, a),
                           hold_ms=LEASE_INTERVALS * self.interval_s * 1000)
@@ -238,5 +246,8 @@ class DualPi2Env(gym.Env):
         obs, raw = self._observe()
         self._p = raw["p_prime"]
         self._t += 1
-        r = reward(raw, self.target_ms)
+        cond = self.condition
+        r = (reward_k(raw, cond.n_l4s, cond.n_classic, self.target_ms, w_lc=self.w_lc)
+             if self.mode == "residual-k" and cond
+             else reward(raw, self.target_ms))
         return obs, r, False, self._t >= self.steps, {"condition": self.condition, **raw}

@@ -18,7 +18,9 @@ critic's V(s) at the cut, the advantage A = R - V(s), and the gradients of
 on its local copy; it applies them to the global networks (one Adam per
 network, shared, under a lock) and copies the global weights back.  Workers
 never wait for each other.  Networks as paper 000 (Algorithms 1-2): actor
-12 -> 32 -> 32 -> (mean, std), critic 12 -> 32 -> 32 -> 16 -> 1, ReLU.
+12 -> 32 -> 32 -> (mean, std), critic 12 -> 32 -> 32 -> 16 -> 1, ReLU.  ``--mode residual-k`` (the
+agent also sets DualPI2's coupling factor k): 15 inputs, two (mean, std) pairs (factor, k; independent
+Gaussians, log pi summed), reward :func:`ccswitch.models.dualpi2_actor.reward_k`.
 
 Budget as the paper: 100 episodes of 100 steps in all (``episodes`` counts
 across workers).  An episode is one condition drawn by the env (link rate,
@@ -54,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from ccswitch.envs.dualpi2_env import Condition, ConditionSpace, DualPi2Env
-from ccswitch.models.dualpi2_actor import ACTION_KINDS, OBS_FEATURES, load_actor, save_actor
+from ccswitch.models.dualpi2_actor import ACTION_KINDS, action_dims, features_for, load_actor, save_actor
 
 __all__ = ["Hyperparameters", "compare", "train"]
 
@@ -66,6 +68,8 @@ class Hyperparameters:
     interval_s: float = 0.05     # control interval: ~3 PI updates (16 ms), ~1-10 RTTs of the drawn paths
     warmup_s: float = 0.0        # flows run this long under the PI controller before the agent takes over
     mode: str = "step"           # action mapping (dualpi2_actor.ACTION_KINDS): set p' ("step"), or a factor on PI's
+    #                              ("residual"), or that and the coupling factor k ("residual-k": 2 outputs)
+    w_lc: float = 0.5            # residual-k: weight of the per-flow L:C imbalance in the reward (reward_k)
     workers: int = 2             # one per core here; each runs its own emulated link in real time
     t_max: int = 5               # steps between global updates (paper 000: args_update_interval = 5)
     gamma: float = 0.9           # the effect of a change of p' shows within ~1-3 intervals
@@ -89,19 +93,21 @@ def _quiet_tensorflow() -> None:
 
 
 def build_networks(hp: Hyperparameters) -> tuple[Any, Any]:
-    """(actor, critic) Keras models: actor s -> (mean in [-1, 1], std > 0), critic s -> V(s)."""
+    """(actor, critic) Keras models: actor s -> (mean in [-1, 1], std > 0) per action dimension (one; two for
+    ``residual-k``: factor and k, independent Gaussians), critic s -> V(s)."""
     import keras
 
-    s = keras.Input((len(OBS_FEATURES),))
+    n_obs, n_act = len(features_for(hp.mode)), action_dims(hp.mode)
+    s = keras.Input((n_obs,))
     x = s
     for n in hp.actor_hidden:
         x = keras.layers.Dense(n, activation="relu")(x)
-    mean = keras.layers.Dense(1, activation="tanh", name="mean")(x)
+    mean = keras.layers.Dense(n_act, activation="tanh", name="mean")(x)
     # softplus(-1.2) = 0.26: the initial exploration is a gentle random walk of p', not a storm.
-    std = keras.layers.Dense(1, activation="softplus", name="std",
+    std = keras.layers.Dense(n_act, activation="softplus", name="std",
                              bias_initializer=keras.initializers.Constant(hp.std_init_bias))(x)
     actor = keras.Model(s, [mean, std])
-    c = keras.Input((len(OBS_FEATURES),))
+    c = keras.Input((n_obs,))
     y = c
     for n in hp.critic_hidden:
         y = keras.layers.Dense(n, activation="relu")(y)
@@ -161,7 +167,9 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
             std = std + hp.std_min
             logp = -0.5 * tf.square((raw_actions - mean) / std) - tf.math.log(std) - 0.5 * np.log(2 * np.pi)
             entropy = tf.math.log(std) + 0.5 * np.log(2 * np.pi * np.e)
-            actor_loss = -tf.reduce_mean(tf.squeeze(logp, -1) * adv) - hp.entropy_beta * tf.reduce_mean(entropy)
+            # Independent dimensions: log pi is the sum over them (one dimension: the same as before).
+            actor_loss = (-tf.reduce_mean(tf.reduce_sum(logp, -1) * adv)
+                          - hp.entropy_beta * tf.reduce_mean(tf.reduce_sum(entropy, -1)))
             critic_loss = tf.reduce_mean(tf.square(returns - v))
         ga, _ = tf.clip_by_global_norm(ta.gradient(actor_loss, actor.trainable_variables), hp.grad_clip)
         gc, _ = tf.clip_by_global_norm(tc.gradient(critic_loss, critic.trainable_variables), hp.grad_clip)
@@ -170,16 +178,16 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
     rng = np.random.default_rng(hp.seed * 1000 + index)
     sync()
     with DualPi2Env(interval_s=hp.interval_s, steps=hp.steps, workdir=workdir, warmup_s=hp.warmup_s,
-                    mode=hp.mode) as env:
+                    mode=hp.mode, w_lc=hp.w_lc) as env:
         while (episode := shared.claim_episode()) is not None:
             obs, info = env.reset(seed=hp.seed * 100_000 + episode)
             cond: Condition = info["condition"]
-            buf: list[tuple[np.ndarray, float, float]] = []
+            buf: list[tuple[np.ndarray, np.ndarray, float]] = []
             total, metrics = 0.0, {"classic_delay_ms": 0.0, "utilisation": 0.0, "classic_drop_frac": 0.0}
             for t in range(hp.steps):
                 mean, std = actor(obs[None, :], training=False)
-                raw_a = float(rng.normal(float(mean[0, 0]), float(std[0, 0]) + hp.std_min))
-                nxt, r, _, trunc, info = env.step([np.clip(raw_a, -1.0, 1.0)])
+                raw_a = rng.normal(np.asarray(mean[0], np.float64), np.asarray(std[0], np.float64) + hp.std_min)
+                nxt, r, _, trunc, info = env.step(np.clip(raw_a, -1.0, 1.0))
                 buf.append((obs, raw_a, r))
                 total += r
                 for k in metrics:
@@ -194,7 +202,8 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
                         returns.append(ret)
                     returns.reverse()
                     ga, gc = gradients(np.stack([b[0] for b in buf]).astype(np.float32),
-                                       np.array([[b[1]] for b in buf], np.float32), np.array(returns, np.float32))
+                                       np.stack([b[1] for b in buf]).astype(np.float32),
+                                       np.array(returns, np.float32))
                     with shared.lock:
                         shared.opt_actor.apply_gradients(zip(ga, shared.actor.trainable_variables, strict=True))
                         shared.opt_critic.apply_gradients(zip(gc, shared.critic.trainable_variables, strict=True))
@@ -301,6 +310,7 @@ def compare(actor_path: Path, episodes: int, out: Path, *, seed: int = 7, steps:
     rows: list[dict[str, Any]] = []
     out.mkdir(parents=True, exist_ok=True)
     with DualPi2Env(interval_s=actor.interval_s, steps=steps, workdir=out / "env", mode=actor.mode) as env:
+        act = actor.act_all if actor.mode == "residual-k" else actor.act
         for i, cond in enumerate(conds, 1):
             for ctrl in ("pi", "agent"):
                 env.controller = ctrl
@@ -308,7 +318,7 @@ def compare(actor_path: Path, episodes: int, out: Path, *, seed: int = 7, steps:
                 total, m = 0.0, {"classic_delay_ms": 0.0, "utilisation": 0.0, "classic_drop_frac": 0.0,
                                  "l4s_delay_ms": 0.0, "p_prime": 0.0}
                 for _ in range(steps):
-                    obs, r, _, _, info = env.step([actor.act(obs)])
+                    obs, r, _, _, info = env.step(np.atleast_1d(act(obs)))
                     total += r
                     for k in m:
                         m[k] += info[k] / steps
@@ -331,7 +341,7 @@ def pi_baseline(run_dir: Path, *, workers: int = 2, progress: bool = True) -> li
     than the controller does).  Writes pi_baseline.csv and redraws curve.png.
     """
     record = json.loads((run_dir / "record.json").read_text())
-    hp = Hyperparameters(**{"warmup_s": 0.0, **{k: tuple(v) if isinstance(v, list) else v
+    hp = Hyperparameters(**{"warmup_s": 0.0, "w_lc": 0.5, **{k: tuple(v) if isinstance(v, list) else v
                                                for k, v in record["hyperparameters"].items()}})
     curve = _read_csv(run_dir / "curve.csv")
     todo = [int(r["episode"]) for r in curve]
@@ -340,8 +350,9 @@ def pi_baseline(run_dir: Path, *, workers: int = 2, progress: bool = True) -> li
     t0 = time.monotonic()
 
     def run(i: int) -> None:
+        # The run's mode: its observation and reward (residual-k: the L:C term too); the action is ignored.
         with DualPi2Env(interval_s=hp.interval_s, steps=hp.steps, controller="pi",
-                        workdir=run_dir / f"pi-{i}", warmup_s=hp.warmup_s) as env:
+                        workdir=run_dir / f"pi-{i}", warmup_s=hp.warmup_s, mode=hp.mode, w_lc=hp.w_lc) as env:
             while True:
                 with lock:
                     if not todo:
@@ -350,7 +361,7 @@ def pi_baseline(run_dir: Path, *, workers: int = 2, progress: bool = True) -> li
                 _, info = env.reset(seed=hp.seed * 100_000 + episode)
                 total, m = 0.0, {"classic_delay_ms": 0.0, "utilisation": 0.0, "classic_drop_frac": 0.0}
                 for _ in range(hp.steps):
-                    _, r, _, _, step_info = env.step([0.0])
+                    _, r, _, _, step_info = env.step(np.zeros(action_dims(hp.mode)))
                     total += r
                     for k in m:
                         m[k] += step_info[k] / hp.steps
@@ -445,7 +456,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds the flows run under the PI controller before each episode")
     t.add_argument("--gamma", type=float, default=Hyperparameters.gamma, help="discount per control interval")
     t.add_argument("--mode", choices=sorted(ACTION_KINDS), default=Hyperparameters.mode,
-                   help="step: the agent sets p' (paper 000); residual: a factor on the PI controller's p'")
+                   help="step: the agent sets p' (paper 000); residual: a factor on the PI controller's p'; "
+                        "residual-k: that factor and the coupling factor k")
+    t.add_argument("--w-lc", type=float, default=Hyperparameters.w_lc,
+                   help="residual-k: weight of the per-flow L:C imbalance in the reward")
     b = sub.add_parser("pi-baseline", help="the PI controller on a training run's episode conditions (root)")
     b.add_argument("run_dir", type=Path)
     c = sub.add_parser("compare", help="actor vs PI controller on drawn conditions (root)")
@@ -459,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if a.cmd == "train":
         hp = Hyperparameters(episodes=a.episodes, workers=a.workers, seed=a.seed, warmup_s=a.warmup_s,
-                             gamma=a.gamma, mode=a.mode)
+                             gamma=a.gamma, mode=a.mode, w_lc=a.w_lc)
         print(f"a3c: wrote {train(hp, a.out)}")
     elif a.cmd == "pi-baseline":
         rows = pi_baseline(a.run_dir)

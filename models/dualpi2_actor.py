@@ -18,6 +18,15 @@ linkemu's control socket (:mod:`ccswitch.testbed.runs.linkemu_control`):
 
    * ``step`` (paper 000: the agent sets p' itself): p' <- clip(p' * 2**(ACTION_SCALE * a),
      P_MIN, P_MAX) (ACTION_SCALE 0.5), sent as ``set base_prob``; the PI controller is paused;
+   * ``residual-k`` (issue 14's stretch item): ``residual``'s factor and, from a second output a_k,
+     the coupling factor k = 2**(1 + K_SCALE * a_k) in [K_MIN, K_MAX] = [1, 4] (a_k = 0: RFC 9332's
+     k = 2, so an untrained actor is still plain DualPI2), sent as ``set prob_scale, k``.  Its
+     observation is the 12 numbers and OBS_FEATURES_K's three (k now, the L4S class's share of the
+     packets through the queue over the interval and over about one second), its reward
+     :func:`reward_k` (``reward`` minus the per-flow L:C imbalance, which training can count because
+     the env knows its flows).  linkemu's lease (``hold_ms``) covers the factor only, not k: the
+     router loop puts k back to the scenario's value when it stops or fails
+     (:mod:`ccswitch.testbed.runs.dualpi2_agent`); only a hung loop leaves the last k in place;
    * ``residual``: the PI controller keeps running and the agent sets a factor on its p',
      2**(RESIDUAL_SCALE * a) (x0.5..x2), sent as ``set prob_scale``.  a = 0 is DualPI2 as it
      is, so even an untrained actor is the PI controller, and training only has to learn
@@ -64,9 +73,10 @@ import numpy as np
 
 from .policy import PolicyError, decode_array, encode_layers, plain_json, read_signed, write_signed
 
-__all__ = ["ACTION_KINDS", "ACTOR_FORMAT", "LEASE_INTERVALS", "OBS_FEATURES", "STATE_KEYS", "Actor", "ActorError",
-           "Observer", "annotate_actor", "control_params", "load_actor", "next_base_prob", "prob_scale", "reward",
-           "save_actor"]
+__all__ = ["ACTION_KINDS", "ACTOR_FORMAT", "LEASE_INTERVALS", "OBS_FEATURES", "OBS_FEATURES_K", "STATE_KEYS",
+           "STATE_KEYS_K", "Actor", "ActorError", "Observer", "action_dims", "annotate_actor", "control_params",
+           "coupling_k", "features_for", "lc_imbalance", "load_actor", "next_base_prob", "prob_scale", "reward",
+           "reward_k", "save_actor"]
 
 ACTOR_FORMAT = "ccswitch-dualpi2-actor"
 ACTOR_VERSION = 1
@@ -86,6 +96,14 @@ OBS_FEATURES: tuple[str, ...] = (
     "classic_delay_trend",  # change of classic_delay since the last interval (-1..1)
 )
 """The observation, in order (paper 000's Table 1 state, for DualPI2's two queues)."""
+OBS_FEATURES_K: tuple[str, ...] = (
+    *OBS_FEATURES,
+    "coupling_k",          # k now, log scale: log2(k) / 2 (1 -> 0, 2 -> 0.5, 4 -> 1)
+    "l4s_share",           # L4S packets / all packets through the queue over the interval (in - Classic drops)
+    "l4s_share_avg",       # the same, exponentially averaged over about 1 s (SHARE_EMA)
+)
+"""``residual-k``'s observation: the 12 numbers and what shows the L/C balance (linkemu's state has per-class
+packets in and drops, not per-class bytes out; the flows are MSS-sized bulk, so packets are bytes)."""
 
 CLIP = (-1.0, 2.0)
 """Every feature is clipped to this range (a burst can exceed the scale; the network never sees more)."""
@@ -93,9 +111,17 @@ ACTION_SCALE = 0.5
 """a = +-1 multiplies / divides p' by sqrt(2) (two intervals to double it)."""
 RESIDUAL_SCALE = 1.0
 """``residual``: a = +-1 doubles / halves the PI controller's p' (linkemu accepts 1/16..16)."""
+K_SCALE = 1.0
+"""``residual-k``: a_k = +-1 doubles / halves k around RFC 9332's 2 (k in 1..4)."""
+K_MIN, K_MAX = 1.0, 4.0
+"""The range of ``residual-k``'s k: k = 4 by hand brings the dynamic template's L:C from 0.6-0.95 (k = 2) to
+1.0-1.5 (docs/l4s.md), k = 1 leaves room the other way (an L4S class ahead)."""
+SHARE_EMA = 0.05
+"""Weight of a new interval in ``l4s_share_avg`` (~20 intervals: 1 s at 50 ms)."""
 ACTION_KINDS: dict[str, str] = {
     "step": "log2 step of base_prob",
     "residual": "log2 factor on the PI controller's base_prob",
+    "residual-k": "log2 factor on the PI controller's base_prob and log2 coupling factor k",
 }
 """The action mappings (module docstring, step 3): the name a trainer takes -> the actor file's action.kind."""
 P_MIN, P_MAX = 1e-3, 1.0
@@ -124,6 +150,8 @@ _COUNTERS = ("bytes_out", "bytes_in", "classic_packets_in", "l4s_packets_in", "c
 STATE_KEYS: tuple[str, ...] = _GAUGES + _COUNTERS
 """The keys of a direction's control-socket state that :class:`Observer` reads (all it needs from it: an
 agent asks linkemu for only these)."""
+STATE_KEYS_K: tuple[str, ...] = (*STATE_KEYS, "k")
+"""What ``residual-k``'s observer reads (STATE_KEYS and the coupling factor now)."""
 _F32 = np.dtype(np.float32)  # a dtype object: given np.float32, numpy looks the dtype up on every call
 _PLAIN_NUMBERS = frozenset((int, float, bool))
 _ZEROS = (0.0,) * len(_COUNTERS)
@@ -151,7 +179,9 @@ class Observer:
 
     rate_mbit: float
     target_ms: float = 15.0
-    _prev: list[float] | None = field(default=None, repr=False)  # the previous state's _COUNTERS (None: none)
+    extended: bool = False  # residual-k: OBS_FEATURES_K (the 12 numbers, then k and the L4S share)
+    _prev: list[float] | None = field(default=None, repr=False)
+    _share_avg: float | None = field(default=None, repr=False)  # the previous state's _COUNTERS (None: none)
     _prev_t: float | None = field(default=None, repr=False)
     _prev_delay: float = field(default=0.0, repr=False)
 
@@ -199,9 +229,27 @@ class Observer:
             raw["l4s_mark_frac"],
             classic_delay - self._prev_delay if prev is not None else 0.0,
         ), _LOWS), _HIGHS), _F32, len(OBS_FEATURES))
+        if self.extended:
+            obs = self._extend(obs, raw, d, c_in - c_drops, l_in, prev is not None)
         # An empty state leaves no counters to count from (as the first state).
         self._prev, self._prev_t, self._prev_delay = (cur if d else None), t_s, classic_delay
         return obs, raw
+
+    def _extend(self, obs: np.ndarray, raw: dict[str, float], d: Mapping[str, Any], c_pkts: float, l_pkts: float,
+                counted: bool) -> np.ndarray:
+        """``residual-k``: *obs* with OBS_FEATURES_K's three; *raw* gets ``k``, the per-class packets through the
+        queue (``classic_pkts``, ``l4s_pkts``) and ``l4s_share`` (NaN when none went through)."""
+        k = _num(d, "k") or 2.0
+        c_pkts, l_pkts = max(c_pkts, 0.0), max(l_pkts, 0.0)
+        total = c_pkts + l_pkts
+        share = l_pkts / total if counted and total > 0 else math.nan
+        if share == share:
+            self._share_avg = share if self._share_avg is None else (
+                (1 - SHARE_EMA) * self._share_avg + SHARE_EMA * share)
+        raw.update(k=k, classic_pkts=c_pkts, l4s_pkts=l_pkts, l4s_share=share)
+        extra = np.array([math.log2(max(k, 1e-3)) / 2.0, share if share == share else 0.0,
+                          self._share_avg if self._share_avg is not None else 0.0], _F32)
+        return np.clip(np.concatenate((obs, extra)), CLIP[0], CLIP[1]).astype(_F32)
 
 
 def reward(raw: Mapping[str, float], target_ms: float = 15.0, *, w_delay: float = 1.0, w_under: float = 0.3,
@@ -224,6 +272,43 @@ def reward(raw: Mapping[str, float], target_ms: float = 15.0, *, w_delay: float 
     return float(raw["utilisation"] - w_delay * over - w_under * under - w_drop * raw["classic_drop_frac"])
 
 
+LC_CAP = 2.0
+"""lc_imbalance's cap: |log2 L:C| beyond 2 (4:1 either way) costs no more (one starved interval is noise)."""
+
+
+def lc_imbalance(raw: Mapping[str, float], n_l4s: int, n_classic: int) -> float:
+    """|log2 of the per-flow L:C packet rate| over one interval, capped at LC_CAP; 0 when a class has no flow or
+    sent nothing through (no balance to judge).  Needs the flow counts: the training env knows them, the router
+    does not (it only observes the class shares)."""
+    c, l4s = raw.get("classic_pkts", 0.0), raw.get("l4s_pkts", 0.0)
+    if n_l4s <= 0 or n_classic <= 0 or c <= 0 or l4s <= 0:
+        return 0.0
+    return min(abs(math.log2((l4s / n_l4s) / (c / n_classic))), LC_CAP)
+
+
+def reward_k(raw: Mapping[str, float], n_l4s: int, n_classic: int, target_ms: float = 15.0, *,
+             w_lc: float = 0.5) -> float:
+    """``residual-k``'s reward: :func:`reward` - w_lc * :func:`lc_imbalance`.
+
+    Why: the stretch goal is L:C within 1.5:1 per flow, i.e. |log2 L:C| <= 0.58; the log makes 2:1 and 1:2
+    cost alike.  w_lc 0.5: an L:C of 0.6 (k = 2 in the dynamic template) costs 0.37, about what 37 points of
+    utilisation or a Classic delay 37 % over target cost, so balance is worth having but not at the price of
+    the queue (the base terms are unchanged: the delay target and drops still bind p').  Per interval the
+    ratio is noisy (a CUBIC sawtooth spans many intervals); the critic averages it.
+    """
+    return reward(raw, target_ms) - w_lc * lc_imbalance(raw, n_l4s, n_classic)
+
+
+def features_for(mode: str) -> tuple[str, ...]:
+    """The observation of action mapping *mode*."""
+    return OBS_FEATURES_K if mode == "residual-k" else OBS_FEATURES
+
+
+def action_dims(mode: str) -> int:
+    """The actor's outputs under *mode*: (factor, k) for ``residual-k``, else one."""
+    return 2 if mode == "residual-k" else 1
+
+
 def next_base_prob(p_prime: float, action: float) -> float:
     """p' after action *a* in [-1, 1] (module docstring)."""
     if type(action) is float and type(p_prime) is float:  # the loop's case: np.clip written out for floats
@@ -240,11 +325,21 @@ def prob_scale(action: float) -> float:
     return 2.0 ** (RESIDUAL_SCALE * a)
 
 
-def control_params(mode: str, p_prime: float, action: float) -> dict[str, float]:
-    """What a ``set`` sends for *action* under mapping *mode*, from p' now (without the lease)."""
+def coupling_k(action: float) -> float:
+    """``residual-k``: the coupling factor k for its second output a_k in [-1, 1] (k = 2 at a_k = 0)."""
+    a = -1.0 if action < -1.0 else 1.0 if action > 1.0 else float(action)
+    return min(max(2.0 ** (1.0 + K_SCALE * a), K_MIN), K_MAX)
+
+
+def control_params(mode: str, p_prime: float, action: float | Sequence[float]) -> dict[str, float]:
+    """What a ``set`` sends for *action* under mapping *mode*, from p' now (without the lease).  ``residual-k``
+    takes its two outputs (factor, k)."""
+    if mode == "residual-k":
+        a_p, a_k = action  # type: ignore[misc]
+        return {"prob_scale": prob_scale(a_p), "k": coupling_k(a_k)}
     if mode == "residual":
-        return {"prob_scale": prob_scale(action)}
-    return {"base_prob": next_base_prob(p_prime, action)}
+        return {"prob_scale": prob_scale(action)}  # type: ignore[arg-type]
+    return {"base_prob": next_base_prob(p_prime, action)}  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------- actor ---
@@ -272,6 +367,13 @@ class Actor:
             x = np.maximum(np.dot(x, k) + b, 0.0)
         return float(np.tanh(np.dot(x, self.kernels[-1]) + self.biases[-1])[0])
 
+    def act_all(self, obs: np.ndarray) -> tuple[float, ...]:
+        """Every output (``residual-k``: (factor, k)); the first is :meth:`act`'s."""
+        x = obs if type(obs) is np.ndarray and obs.dtype is _F32 else np.asarray(obs, dtype=np.float32)
+        for k, b in zip(self.kernels[:-1], self.biases[:-1], strict=True):
+            x = np.maximum(np.dot(x, k) + b, 0.0)
+        return tuple(map(float, np.tanh(np.dot(x, self.kernels[-1]) + self.biases[-1])))
+
 
 def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequence[np.ndarray],
                interval_s: float, target_ms: float = 15.0, mode: str = "step",
@@ -279,10 +381,12 @@ def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Seque
     """Write an actor file; returns its checksum."""
     action: dict[str, Any] = (
         {"kind": ACTION_KINDS["residual"], "scale": RESIDUAL_SCALE} if mode == "residual"
+        else {"kind": ACTION_KINDS["residual-k"], "scale": RESIDUAL_SCALE, "k_scale": K_SCALE, "k_min": K_MIN,
+              "k_max": K_MAX} if mode == "residual-k"
         else {"kind": ACTION_KINDS["step"], "scale": ACTION_SCALE, "p_min": P_MIN, "p_max": P_MAX})
     doc: dict[str, Any] = {
         "format": ACTOR_FORMAT, "version": ACTOR_VERSION,
-        "features": list(OBS_FEATURES), "interval_s": interval_s, "target_ms": target_ms,
+        "features": list(features_for(mode)), "interval_s": interval_s, "target_ms": target_ms,
         "action": action,
         "network": {"hidden_activation": "relu", "output_activation": "tanh",
                     "layers": encode_layers(kernels, biases)},
@@ -307,25 +411,30 @@ def load_actor(path: str | Path) -> Actor:
 
 
 def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
-    if tuple(doc["features"]) != OBS_FEATURES:
-        raise ActorError(f"{p}: its features are not this ccswitch's observation ({len(OBS_FEATURES)} "
-                         f"features: {', '.join(OBS_FEATURES)}); train it again")
     act = doc["action"]
     if act.get("kind") == ACTION_KINDS["residual"]:
         mode, ok = "residual", act.get("scale") == RESIDUAL_SCALE
+    elif act.get("kind") == ACTION_KINDS["residual-k"]:
+        mode, ok = "residual-k", ((act.get("scale"), act.get("k_scale"), act.get("k_min"), act.get("k_max"))
+                                  == (RESIDUAL_SCALE, K_SCALE, K_MIN, K_MAX))
     else:
         mode, ok = "step", (act.get("scale"), act.get("p_min"), act.get("p_max")) == (ACTION_SCALE, P_MIN, P_MAX)
+    features = features_for(mode)
+    if tuple(doc["features"]) != features:
+        raise ActorError(f"{p}: its features are not this ccswitch's observation ({len(features)} "
+                         f"features: {', '.join(features)}); train it again")
     if not ok:
         raise ActorError(f"{p}: trained for another action mapping ({act}); train it again")
     layers = doc["network"]["layers"]
     kernels = [decode_array(la["kernel"], f"{p}: network.layers[{i}].kernel") for i, la in enumerate(layers)]
     biases = [decode_array(la["bias"], f"{p}: network.layers[{i}].bias") for i, la in enumerate(layers)]
-    shapes_ok = bool(kernels) and kernels[0].shape[0] == len(OBS_FEATURES) and kernels[-1].shape[1] == 1
+    outputs = action_dims(mode)
+    shapes_ok = bool(kernels) and kernels[0].shape[0] == len(features) and kernels[-1].shape[1] == outputs
     for i, (k, b) in enumerate(zip(kernels, biases, strict=True)):
         shapes_ok = shapes_ok and k.ndim == 2 and b.shape == (k.shape[1],)
         shapes_ok = shapes_ok and (i == 0 or kernels[i - 1].shape[1] == k.shape[0])
     if not shapes_ok:
-        raise ActorError(f"{p}: the layers do not chain from {len(OBS_FEATURES)} inputs to 1 output: "
+        raise ActorError(f"{p}: the layers do not chain from {len(features)} inputs to {outputs} output(s): "
                          f"{[list(k.shape) for k in kernels]}")
     interval = float(doc["interval_s"])
     if not 0.001 <= interval <= 10.0:

@@ -13,6 +13,7 @@ seed of each CCA).
 
     sudo nice -n 5 .venv/bin/python testbed/l4s/a3c_closed_loop.py run --seeds 1 2 [--out results/a3c-closed-loop]
         [--actor results/a3c-N/actor.json]   # a candidate in the A3C arm instead of the shipped actor
+        [--ccas cubic] [--arms PI]           # a subset (a later call adds the rest; runs done are skipped)
     .venv/bin/python testbed/l4s/a3c_closed_loop.py report [--out results/a3c-closed-loop]
 """
 
@@ -37,8 +38,17 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 SCENARIOS = HERE.parent / "scenarios"
 CCAS = ("cubic", "reno")
-ARMS = {"PI": "", "A3C": "-a3c"}
+ARMS = {"PI": "", "A3C": "-a3c", "K4": "-k4"}
+"""The arms: the PI controller (k = 2), the A3C agent, and (cubic only, on request) the PI with k = 4 by hand."""
+DEFAULT_ARMS = ("PI", "A3C")
 C_MEAN_MAX_MS, L_P99_MAX_MS, UTIL_POINTS = 17.0, 2.0, 2.0
+LC_MAX = 1.5
+"""The stretch item's balance: L:C per flow within 1.5:1 either way in every phase (1/1.5 <= L:C <= 1.5)."""
+
+
+def lc_within(lcs: Sequence[float]) -> bool:
+    """Every phase's L:C within LC_MAX:1 either way."""
+    return bool(lcs) and all(1 / LC_MAX <= x <= LC_MAX for x in lcs)
 
 
 def with_actor(scenario: Any, actor: Path) -> Any:
@@ -50,16 +60,17 @@ def with_actor(scenario: Any, actor: Path) -> Any:
                                                                                           agent=actor.resolve()))))
 
 
-def run(seeds: Sequence[int], out: Path, actor: Path | None = None) -> int:
+def run(seeds: Sequence[int], out: Path, actor: Path | None = None, ccas: Sequence[str] = CCAS,
+        arms: Sequence[str] = DEFAULT_ARMS) -> int:
     from ccswitch.bpf.prague import ensure_prague
     from ccswitch.testbed.reports.run import report_run
     from ccswitch.testbed.runs.runner import run_once
     from ccswitch.testbed.scenario import ScenarioError, load_scenario
 
-    todo = [(cca, arm, seed) for seed in seeds for cca in CCAS for arm in ARMS]
+    todo = [(cca, arm, seed) for seed in seeds for cca in ccas for arm in arms]
     try:
         scen = {(cca, arm): load_scenario(SCENARIOS / f"l4s-dyn-{cca}-vs-prague{ARMS[arm]}.toml")
-                for cca in CCAS for arm in ARMS}
+                for cca in ccas for arm in {*arms, "A3C"}}
     except ScenarioError as e:
         print(f"a3c_closed_loop.py: {e} (make_scenarios.py writes the -a3c files once models/dualpi2_a3c.json "
               "exists)", file=sys.stderr)
@@ -69,7 +80,7 @@ def run(seeds: Sequence[int], out: Path, actor: Path | None = None) -> int:
             print(f"a3c_closed_loop.py: --actor {actor}: no such file (a training run writes OUT/actor.json)",
                   file=sys.stderr)
             return 2
-        scen |= {(cca, "A3C"): with_actor(scen[cca, "A3C"], actor) for cca in CCAS}
+        scen |= {(cca, "A3C"): with_actor(scen[cca, "A3C"], actor) for cca in ccas}
     handle = ensure_prague()
     t0 = time.monotonic()
     done = 0
@@ -128,7 +139,8 @@ def report(out: Path, doc: Path, png: Path) -> int:
                      f"{num(m['l_p99_ms'], 2)} | {100 * m['util']:.1f} % | {num(m['c_drop_pct'], 2)} % | "
                      f"{num(m['p_mean'], 3)} | {lc} |")
     verdict = ["", "| Classic CCA | seeds | C mean <= 17 ms | L p99 <= 2 ms | utilisation within 2 points of PI "
-               "| C drops no higher than PI |", "|---|---:|---|---|---|---|"]
+               "| C drops no higher than PI | L:C within 1.5:1 in every phase (A3C; PI) |",
+               "|---|---:|---|---|---|---|---|"]
     for cca in CCAS:
         seeds = sorted({s for (c, a, s) in rows if c == cca and (c, "PI", s) in rows and (c, "A3C", s) in rows})
         if not seeds:
@@ -144,7 +156,9 @@ def report(out: Path, doc: Path, png: Path) -> int:
             f"| {cca} | {len(seeds)} | {a_c:.2f} ms (PI {mean('PI', 'c_mean_ms'):.2f}): {ok[a_c <= C_MEAN_MAX_MS]} | "
             f"{a_l:.2f} ms (PI {mean('PI', 'l_p99_ms'):.2f}): {ok[a_l <= L_P99_MAX_MS]} | "
             f"{100 * a_u:.1f} % vs {100 * p_u:.1f} %: {ok[100 * (p_u - a_u) <= UTIL_POINTS]} | "
-            f"{a_d:.2f} % vs {p_d:.2f} %: {ok[a_d <= p_d]} |")
+            f"{a_d:.2f} % vs {p_d:.2f} %: {ok[a_d <= p_d]} | "
+            f"{ok[all(lc_within(rows[cca, 'A3C', s]['lc']) for s in seeds)]}; "
+            f"{ok[all(lc_within(rows[cca, 'PI', s]['lc']) for s in seeds)]} |")
     text = "\n".join(lines + verdict) + "\n"
     _plot(out, png, rows)
     if doc is not None:
@@ -166,6 +180,16 @@ def _series(run_dir: Path) -> tuple[list[float], list[float], list[float]]:
     return t, p, c
 
 
+def _k_series(run_dir: Path) -> tuple[list[float], list[float]]:
+    """k over time from a residual-k agent's rows (empty for the PI arms and other agents)."""
+    path = run_dir / "emulator" / "agent-uplink.csv"
+    if not path.is_file():
+        return [], []
+    with path.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("k_set")]
+    return [float(r["t_s"]) for r in rows], [float(r["k_set"]) for r in rows]
+
+
 def _plot(out: Path, png: Path, rows: dict[tuple[str, str, int], dict[str, Any]]) -> None:
     import matplotlib
 
@@ -173,21 +197,27 @@ def _plot(out: Path, png: Path, rows: dict[tuple[str, str, int], dict[str, Any]]
     import matplotlib.pyplot as plt
 
     ccas = [c for c in CCAS if any(k[0] == c for k in rows)]
-    fig, axes = plt.subplots(2, len(ccas), figsize=(6.5 * len(ccas), 6), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(3, len(ccas), figsize=(6.5 * len(ccas), 8.5), sharex=True, squeeze=False)
     for j, cca in enumerate(ccas):
         seed = min(s for (c, _a, s) in rows if c == cca)
-        for arm, color in (("PI", "C1"), ("A3C", "C0")):
+        for arm, color in (("PI", "C1"), ("K4", "C2"), ("A3C", "C0")):
             d = out / f"{cca}-{arm}" / f"seed-{seed}"
             if not (d / "emulator" / "intervals.csv").is_file():
                 continue
             t, p, c = _series(d)
             axes[0, j].plot(t, p, color=color, label=arm)
             axes[1, j].plot(t, c, color=color, label=arm)
+            tk, k = _k_series(d)
+            if tk:
+                axes[2, j].plot(tk, k, color=color, lw=0.8, label=f"{arm} (set every interval)")
+            else:
+                axes[2, j].axhline(4.0 if arm == "K4" else 2.0, color=color, label=f"{arm} (scenario)")
         axes[0, j].set_title(f"{cca} vs prague, seed {seed} (phases L-C: 1-1, 4-1, 4-4, 1-4)", fontsize=10)
         axes[0, j].set_ylabel("p' (1 s mean)")
         axes[1, j].set_ylabel("Classic sojourn mean (ms)")
         axes[1, j].axhline(15, color="k", lw=0.8, ls="--")
-        axes[1, j].set_xlabel("time (s)")
+        axes[2, j].set_ylabel("coupling factor k")
+        axes[2, j].set_xlabel("time (s)")
         for ax in axes[:, j]:
             ax.grid(alpha=0.3)
             for b in (20, 40, 60):
@@ -207,6 +237,9 @@ def main(argv: Sequence[str]) -> int:
     r.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     r.add_argument("--out", type=Path, default=ROOT / "results" / "a3c-closed-loop")
     r.add_argument("--actor", type=Path, help="run the A3C arm with this actor file instead of the shipped one")
+    r.add_argument("--ccas", nargs="+", choices=CCAS, default=list(CCAS), help="Classic CCAs to run (default: both)")
+    r.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(DEFAULT_ARMS),
+                   help="arms to run (default: PI A3C; K4: the PI with k = 4, cubic only)")
     p = sub.add_parser("report")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "a3c-closed-loop")
     p.add_argument("--doc", type=Path, default=ROOT / "docs" / "l4s" / "a3c.md")
@@ -216,7 +249,7 @@ def main(argv: Sequence[str]) -> int:
         if os.geteuid() != 0:
             print("a3c_closed_loop.py: needs root (namespaces, BPF Prague); rerun with sudo", file=sys.stderr)
             return 2
-        return run(a.seeds, a.out, a.actor)
+        return run(a.seeds, a.out, a.actor, a.ccas, a.arms)
     return report(a.out, a.doc, a.png)
 
 

@@ -702,7 +702,8 @@ def _router_agents(sc: Scenario, run_dir: Path, meta: dict[str, Any], stack: con
             actor = load_actor(q.agent)
             rate = getattr(sc.link, direction).rate_mbit or q.agent_rate_mbit
             interval = q.agent_interval_ms / 1000 if q.agent_interval_ms else actor.interval_s
-            loop = AgentLoop(sock, actor, rate_mbit=rate, direction=direction, interval_s=interval, log_csv=log_csv)
+            loop = AgentLoop(sock, actor, rate_mbit=rate, direction=direction, interval_s=interval, log_csv=log_csv,
+                             k_restore=q.k if q.k is not None else 2.0)
         rec: dict[str, Any] = {"kind": "lfq" if isinstance(q, Lfq) else "dualpi2", "actor": str(q.agent),
                                "checksum": actor.checksum, "interval_s": interval}
         meta["router_agents"][direction] = rec
