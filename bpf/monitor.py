@@ -86,14 +86,13 @@ def pass_count(out: bytes) -> int:
     return _COUNT.unpack_from(out, len(out) - _COUNT.size)[0]
 
 
-def pass_records(slots: np.ndarray, out: bytes) -> np.ndarray:
+def pass_records(slots: np.ndarray, out: bytes, count: int) -> np.ndarray:
     """A pass's records, owned by the caller: the slots it filled, then the overflow its output holds.
 
     `out` is the iterator's output: overflow records, then the pass's record
-    count.  Only the slots are taken from the count: an overflow record the
-    kernel had to show twice is counted twice, and it is past the slots.
+    *count* (:func:`pass_count` of *out*).  Only the slots are taken from the count:
+    an overflow record the kernel had to show twice is counted twice, and it is past the slots.
     """
-    count = pass_count(out)
     head = slots[:min(count, len(slots))].view(_RECORD_BYTES)
     if len(out) == _COUNT.size:
         return head.copy().view(FLOW_RECORD_DTYPE)
@@ -182,10 +181,11 @@ class Monitor:
                 self._last_full = now
             self._pass_count.update(_ZERO_KEY, _ZERO_COUNT)
             out = run_iter(self.iter_link if full else self.tracked_link)
-            filled = min(pass_count(out), self.record_slots)
+            count = pass_count(out)
+            filled = min(count, self.record_slots)
             if filled > len(self._slots):
                 self._map_slots(min(self.record_slots, 1 << (filled - 1).bit_length()))
-            return pass_records(self._slots, out)
+            return pass_records(self._slots, out, count)
 
     def _map_slots(self, n: int) -> None:
         """Map the first *n* slots of ccs_records (replacing the smaller mapping).

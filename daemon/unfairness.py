@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ccswitch.envs.features import is_active
+from ccswitch.envs.competition import is_active
 from ccswitch.envs.reward import RewardConfig
 from ccswitch.frame import FlowFrame, as_frame
 

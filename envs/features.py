@@ -18,8 +18,7 @@ rates and delays (they span orders of magnitude), the loss rate as is.  The
 local.* features are what a host can see of competition: only flows of the
 same network namespace (the daemon) / the same client (the corpus); competing
 flows on other machines show only indirectly (RTT, loss, own throughput).
-A flow is *active* when it has data queued (sndq_bytes > 0) or moves at least
-ACTIVE_MIN_BPS; idle connections do not count as competitors.
+They are computed in envs/competition.py (what counts as an active flow, too).
 """
 
 from __future__ import annotations
@@ -29,6 +28,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
+
+from .competition import ACTIVE_MIN_BPS, competition_columns, competition_features, is_active
+from .numeric import F64_MAX, zero_nan
 
 __all__ = [
     "ACTIONS",
@@ -49,6 +51,7 @@ __all__ = [
     "competition_columns",
     "competition_features",
     "feature_names",
+    "is_active",
     "obs_dim",
     "set_cca_and_context",
     "short_string_index",
@@ -62,9 +65,6 @@ WINDOW = 4
 """Intervals of history in an observation."""
 CLIP = 10.0
 """Standardised features are clipped to [-CLIP, CLIP] (the observation space bounds)."""
-ACTIVE_MIN_BPS = 100e3
-"""A flow moving at least this much (bit/s) counts as active even with nothing queued."""
-MAX_OTHERS = 4
 
 BASE_FEATURES: tuple[tuple[str, str], ...] = (
     ("log_throughput_mbps", "ln(max(throughput_bps / 1e6, 1e-3))"),
@@ -94,19 +94,6 @@ def obs_dim(window: int = WINDOW, actions: Sequence[str] = ACTIONS) -> int:
 OBS_DIM = obs_dim()
 
 
-_F64_MAX = float(np.finfo(np.float64).max)
-"""What np.nan_to_num makes of +inf."""
-
-
-def _zero_nan(x: np.ndarray) -> np.ndarray:
-    """NaN -> 0.0 in place: np.nan_to_num(x, nan=0.0, copy=False) where the infinities are capped or clipped
-    anyway; one cheap pass when there is no NaN, instead of its several."""
-    nan = np.isnan(x)
-    if nan.any():
-        x[nan] = 0.0
-    return x
-
-
 def base_feature_columns(cols: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """FlowSample columns (arrays of equal length) -> the raw BASE_FEATURES, one float64 array each."""
     return list(base_feature_rows(cols))
@@ -124,82 +111,21 @@ def base_feature_rows(cols: Mapping[str, np.ndarray], out: np.ndarray | None = N
         for row, rate in ((z[0], thr), (z[5], snd)):  # ln(max(nan_to_num(rate) / 1e6, 1e-3))
             np.divide(rate, 1e6, out=row)
             np.fmax(row, 1e-3, out=row)
-            np.fmin(row, _F64_MAX / 1e6, out=row)
+            np.fmin(row, F64_MAX / 1e6, out=row)
             np.log(row, out=row)
         np.log(np.maximum(np.divide(rtt, 1e3, out=z[1]), 1e-2, out=z[1]), out=z[1])
         np.log(np.clip(ratio, 1.0, 100.0, out=z[2]), out=z[2])
-        _zero_nan(np.clip(loss, 0.0, 1.0, out=z[3]))  # clip(nan_to_num(loss), 0, 1)
+        zero_nan(np.clip(loss, 0.0, 1.0, out=z[3]))  # clip(nan_to_num(loss), 0, 1)
         np.maximum(jit, 0.0, out=z[4])  # ln(1 + max(nan_to_num(jitter), 0) / 1e3)
         np.divide(z[4], 1e3, out=z[4])
-        np.log1p(np.minimum(z[4], _F64_MAX / 1e3, out=z[4]), out=z[4])  # np.minimum keeps NaN: zeroed here
-        _zero_nan(z[4])
+        np.log1p(np.minimum(z[4], F64_MAX / 1e3, out=z[4]), out=z[4])  # np.minimum keeps NaN: zeroed here
+        zero_nan(z[4])
     return z  # NaN where RTT is unknown; standardisation maps it to 0 (the mean)
 
 
 def base_features(cols: Mapping[str, np.ndarray]) -> np.ndarray:
     """FlowSample columns (arrays of equal length) -> raw BASE_FEATURES, float64 [N, 6]."""
     return np.stack(base_feature_columns(cols), axis=-1)
-
-
-def competition_features(throughput_bps: np.ndarray, group: np.ndarray, active: np.ndarray, *,
-                         group_inverse: np.ndarray | None = None) -> np.ndarray:
-    """(local.others, local.share, local.jain) for every row; rows of a *group* share a host.
-
-    Inactive rows still get features (as if they were active) but do not count for the others.
-    *group_inverse*: ``np.unique(group, return_inverse=True)[1]`` when the caller has it already
-    (ObservationBuilder keeps it while the hosts' flows stay the same: the sort costs more than the rest).
-    """
-    return np.stack(competition_columns(throughput_bps, group, active, group_inverse=group_inverse), axis=-1)
-
-
-def competition_columns(throughput_bps: np.ndarray, group: np.ndarray, active: np.ndarray, *,
-                        group_inverse: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """competition_features() as its three columns.
-
-    Each host's figures are computed once and spread to its rows; rows whose figures differ from their host's
-    (idle flows, which count themselves in, and rates whose square overflows: see _figures) are computed on
-    their own.  Fewer passes over the rows than the formulas row by row, with the same bits."""
-    thr = np.maximum(np.asarray(throughput_bps, dtype=np.float64), 0.0)  # max(nan_to_num(thr), 0)
-    _zero_nan(np.minimum(thr, _F64_MAX, out=thr))
-    act = np.asarray(active, dtype=bool)
-    inv = np.unique(np.asarray(group), return_inverse=True)[1] if group_inverse is None else group_inverse
-    actf = act.astype(np.float64)
-    thr2 = thr * thr
-    n_g = np.bincount(inv, weights=actf)
-    s_g = np.bincount(inv, weights=thr * actf)
-    q_g = np.bincount(inv, weights=np.multiply(thr2, actf))
-    others_g, jain_g, alone_g = _figures(n_g, s_g, q_g)
-    others, jain, s = others_g[inv], jain_g[inv], s_g[inv]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = thr / s
-    if not (s_g > 0).all():
-        share = np.where(s > 0, share, alone_g[inv])
-    odd = np.flatnonzero(~act | (thr2 == np.inf))
-    if len(odd):
-        g, idle = inv[odd], ~act[odd]
-        n, s, q = n_g[g] + idle, s_g[g] + thr[odd] * idle, q_g[g] + thr2[odd] * idle
-        others[odd], jain[odd], alone = _figures(n, s, q)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share[odd] = np.where(s > 0, thr[odd] / s, alone)
-    return others, share, jain
-
-
-def _figures(n: np.ndarray, s: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(local.others, local.jain, a share when nothing moves: 1 / n) of a row whose host has n active flows
-    (the row counted in) of throughputs summing to s, and to q squared.
-
-    A row is counted in by adding its own figures if idle, 0 if active (so its host's figures hold), except
-    that 0 * inf is NaN: an active row of thr * thr = inf gets q = NaN, which counts as no spread (jain 1)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        others = np.clip((n - 1) / MAX_OTHERS, 0.0, 1.0)
-        jain = np.where(n <= 1, 1.0, np.where(q > 0, s * s / (n * q), 1.0))
-        return others, jain, 1.0 / np.maximum(n, 1)
-
-
-def is_active(throughput_bps: np.ndarray, sndq_bytes: np.ndarray) -> np.ndarray:
-    # NaN compares False, as the 0 it stands for would
-    return ((np.asarray(sndq_bytes, dtype=np.float64) > 0)
-            | (np.asarray(throughput_bps, dtype=np.float64) >= ACTIVE_MIN_BPS))
 
 
 @dataclass(frozen=True)
@@ -240,12 +166,12 @@ class Normalisation:
             shape = (len(self.mean),) + (1,) * (z.ndim - 1)
             z -= np.reshape(self.mean, shape)
             z /= np.reshape(self.std, shape)
-            return _zero_nan(np.clip(z, -self.clip, self.clip, out=z))
+            return zero_nan(np.clip(z, -self.clip, self.clip, out=z))
         for k, (mean, std) in enumerate(zip(self.mean, self.std, strict=True)):
             x = z[k]
             x -= mean
             x /= std
-            _zero_nan(np.clip(x, -self.clip, self.clip, out=x))
+            zero_nan(np.clip(x, -self.clip, self.clip, out=x))
         return z
 
     def as_dict(self) -> dict[str, object]:

@@ -40,15 +40,8 @@ import numpy as np
 
 from ccswitch.datasets.trace import CORPUS_INDEX, Capture, TraceError, bin_flows, find_captures
 
-from .features import (
-    ACTIONS,
-    BASE_COLUMNS,
-    WINDOW,
-    Normalisation,
-    base_features,
-    competition_features,
-    is_active,
-)
+from .competition import competition_features, is_active
+from .features import ACTIONS, BASE_COLUMNS, WINDOW, Normalisation, base_features
 
 __all__ = ["DEFAULT_CORPUS", "WARMUP_S", "Condition", "ReplayCorpus", "Trace", "split_conditions"]
 
