@@ -39,6 +39,10 @@ Where this deviates from the paper, and why (docs/network/lfq.md has the whole l
   and times by 10 s; ours rates by 1000 pps (at 5..25 Mbit/s the rates are
   400..2100 pps: /10000 leaves them all near 0.1 and the network hardly sees
   the bandwidth, the feature the limit most depends on).
+* **Derived inputs** (optional, an actor file says whether it takes them): 30 numbers computed
+  from the 60 (:func:`derived`): per EWMA, the packets between drops (log scale), the buffer's
+  fill and the trough of its sawtooth, relative to the limit.  The paper's 60 hold this
+  information only through products and ratios of two features.
 * **Network**: two hidden layers of 64 (leaky ReLU) instead of three of 256:
   we train on ~10^3 real-time flows, not the paper's ~10^5 simulated ones.
 
@@ -62,6 +66,7 @@ from .policy import PolicyError, decode_array, encode_layers, plain_json, read_s
 __all__ = [
     "ACTOR_FORMAT",
     "ALPHA",
+    "DERIVED_FEATURES",
     "FEATURE_NAMES",
     "LOG2_MAX",
     "LOG2_MIN",
@@ -72,6 +77,7 @@ __all__ = [
     "ActorError",
     "K",
     "action_for",
+    "derived",
     "limit_for",
     "load_actor",
     "observation",
@@ -98,6 +104,10 @@ OBS_FEATURES: tuple[str, ...] = tuple(f"{n}[{k}]" for n in FEATURE_NAMES for k i
 """The observation, in order: the six features' 10 averages each (60 numbers)."""
 CLIP = 20.0
 """Every input is clipped to [-CLIP, CLIP] (a time since loss of 200 s; queues of 2000 packets)."""
+DERIVED_NAMES: tuple[str, ...] = ("loss_gap_log2pkts", "fill", "trough")
+"""Optional inputs computed from the 60 (:func:`derived`; not in paper 001, docs/network/lfq.md says why)."""
+DERIVED_FEATURES: tuple[str, ...] = tuple(f"{n}[{k}]" for n in DERIVED_NAMES for k in range(K))
+"""The derived inputs, in order, after :data:`OBS_FEATURES` in an actor that takes them (90 inputs)."""
 LOG2_MIN, LOG2_MAX = 0.0, 8.0
 """The limit's range on the log2 scale: 1..256 packets."""
 ALPHA = 10.0
@@ -118,6 +128,32 @@ def observation(features: Mapping[str, Sequence[float]]) -> np.ndarray:
         n = min(len(vals), K)
         if n:
             out[i * K:i * K + n] = np.asarray(vals[:n], dtype=np.float64) / SCALES[name]
+    np.nan_to_num(out, copy=False, nan=0.0, posinf=CLIP, neginf=-CLIP)
+    return np.clip(out, -CLIP, CLIP, out=out)
+
+
+def derived(obs: np.ndarray) -> np.ndarray:
+    """The 30 derived inputs from observations [..., 60] (:func:`observation`'s scaling), per EWMA k:
+
+    * ``loss_gap_log2pkts[k]`` = log2(1 + since_loss_s[k] x out_rate_pps[k]) / 10: the packets the flow
+      sends between its drops (the average of the count since the last drop, so about half the gap), on
+      a log scale.  For Reno that is ~3/8 W^2 with W = BDP + limit; for CUBIC it grows with the time
+      CUBIC takes to return to W (~ W^(1/3) s, whatever the RTT): with the rate and the limit, the RTT
+      and the CCA are in it, but only through a product, which 10^3 samples do not teach a small
+      network.
+    * ``fill[k]`` = queue_pkts[k] / limit_pkts[k]: how full the flow keeps its buffer.
+    * ``trough[k]`` = max(queue_pkts[k] - sqrt(3) queue_std_pkts[k], 0) / limit_pkts[k]: the bottom of
+      the queue's sawtooth (a linear ramp between a and b has mean (a + b) / 2 and deviation
+      (b - a) / sqrt(12)) relative to the limit.  After a drop Reno halves its window and CUBIC keeps
+      0.7 of it, so with the same limit and BDP Reno's trough is lower (or the queue empties).
+    """
+    x = np.asarray(obs, dtype=np.float32)
+    cols = {n: x[..., i * K:(i + 1) * K].astype(np.float64) * SCALES[n] for i, n in enumerate(FEATURE_NAMES)}
+    lim = np.maximum(cols["limit_pkts"], 1.0)
+    gap = np.log2(1.0 + np.maximum(cols["since_loss_s"], 0.0) * np.maximum(cols["out_rate_pps"], 0.0)) / 10.0
+    fill = cols["queue_pkts"] / lim
+    trough = np.maximum(cols["queue_pkts"] - math.sqrt(3.0) * cols["queue_std_pkts"], 0.0) / lim
+    out = np.concatenate([gap, fill, trough], axis=-1).astype(np.float32)
     np.nan_to_num(out, copy=False, nan=0.0, posinf=CLIP, neginf=-CLIP)
     return np.clip(out, -CLIP, CLIP, out=out)
 
@@ -156,6 +192,7 @@ class Actor:
     evaluation: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
     checksum: str = ""
+    with_derived: bool = False  # inputs: OBS_FEATURES, then DERIVED_FEATURES (:func:`derived`)
 
     def act_batch(self, obs: np.ndarray) -> np.ndarray:
         """Actions for a (flows, 60) batch of observations."""
@@ -172,17 +209,22 @@ class Actor:
         """The limit for each flow's ``features`` (one batched forward pass)."""
         if not features:
             return []
-        acts = self.act_batch(np.stack([observation(f) for f in features]))
+        obs = np.stack([observation(f) for f in features])
+        if self.with_derived:
+            obs = np.concatenate([obs, derived(obs)], axis=1)
+        acts = self.act_batch(obs)
         return [limit_for(float(a)) for a in acts]
 
 
 def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequence[np.ndarray],
                interval_s: float, leak: float = 0.01, training: Mapping[str, Any] | None = None,
-               evaluation: Mapping[str, Any] | None = None) -> str:
-    """Write an actor file; returns its checksum."""
+               evaluation: Mapping[str, Any] | None = None, with_derived: bool = False) -> str:
+    """Write an actor file; returns its checksum.  *with_derived*: the network takes the 30
+    :data:`DERIVED_FEATURES` after the 60 (the file's ``features`` lists them)."""
     doc: dict[str, Any] = {
         "format": ACTOR_FORMAT, "version": ACTOR_VERSION,
-        "features": list(OBS_FEATURES), "scales": dict(SCALES), "interval_s": interval_s,
+        "features": list(OBS_FEATURES + DERIVED_FEATURES) if with_derived else list(OBS_FEATURES),
+        "scales": dict(SCALES), "interval_s": interval_s,
         "action": {"kind": "log2 limit", "log2_min": LOG2_MIN, "log2_max": LOG2_MAX},
         "reward": {"alpha_per_s": ALPHA, "mtu_bytes": MTU},
         "network": {"hidden_activation": "leaky_relu", "leak": leak, "output_activation": "tanh",
@@ -208,9 +250,13 @@ def load_actor(path: str | Path) -> Actor:
 
 
 def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
-    if tuple(doc["features"]) != OBS_FEATURES or doc["scales"] != SCALES:
+    feats = tuple(doc["features"])
+    with_derived = feats == OBS_FEATURES + DERIVED_FEATURES
+    if (feats != OBS_FEATURES and not with_derived) or doc["scales"] != SCALES:
         raise ActorError(f"{p}: its features or their scaling are not this ccswitch's observation "
-                         f"({len(OBS_FEATURES)} inputs: {', '.join(FEATURE_NAMES)} x {K}); train it again")
+                         f"({len(OBS_FEATURES)} inputs: {', '.join(FEATURE_NAMES)} x {K}, optionally then "
+                         f"{', '.join(DERIVED_NAMES)} x {K}); train it again")
+    n_in = len(feats)
     act = doc["action"]
     if (act.get("log2_min"), act.get("log2_max")) != (LOG2_MIN, LOG2_MAX):
         raise ActorError(f"{p}: trained for another action mapping ({act}); train it again")
@@ -218,16 +264,16 @@ def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
     layers = net["layers"]
     kernels = [decode_array(la["kernel"], f"{p}: network.layers[{i}].kernel") for i, la in enumerate(layers)]
     biases = [decode_array(la["bias"], f"{p}: network.layers[{i}].bias") for i, la in enumerate(layers)]
-    ok = bool(kernels) and kernels[0].ndim == 2 and kernels[0].shape[0] == len(OBS_FEATURES)
+    ok = bool(kernels) and kernels[0].ndim == 2 and kernels[0].shape[0] == n_in
     ok = ok and kernels[-1].ndim == 2 and kernels[-1].shape[1] == 1
     for i, (k, b) in enumerate(zip(kernels, biases, strict=True)):
         ok = ok and k.ndim == 2 and b.shape == (k.shape[1],)
         ok = ok and (i == 0 or kernels[i - 1].shape[1] == k.shape[0])
     if not ok:
-        raise ActorError(f"{p}: the layers do not chain from {len(OBS_FEATURES)} inputs to 1 output: "
+        raise ActorError(f"{p}: the layers do not chain from {n_in} inputs to 1 output: "
                          f"{[list(k.shape) for k in kernels]}")
     interval = float(doc["interval_s"])
     if not 0.001 <= interval <= 10.0:
         raise ActorError(f"{p}: interval_s {interval} is outside 0.001..10 s")
     return Actor(kernels, biases, interval, float(net.get("leak", 0.01)), doc.get("training", {}),
-                 doc.get("evaluation", {}), p, str(doc["checksum"]))
+                 doc.get("evaluation", {}), p, str(doc["checksum"]), with_derived)

@@ -2,8 +2,8 @@
 
     python -m ccswitch.models.lfq_train collect --episodes 200 [--data results/lfq/train.jsonl]
         [--actor models/lfq_actor.json --pre actor --explore around] [--seed 1]
-    python -m ccswitch.models.lfq_train train [--data results/lfq/train.jsonl] [--out models/lfq_actor.json]
-        [--plot docs/network/lfq-training.png] [--seed 1]
+    python -m ccswitch.models.lfq_train train [--data results/lfq/train.jsonl [--data round2.jsonl]]
+        [--derived] [--out models/lfq_actor.json] [--plot docs/network/lfq-training.png] [--seed 1]
 
 **Paper 001's online learning** (section VI): an actor network outputs each
 flow's buffer limit; during every flow, at a random time t_e in [0, T/2], the
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from .lfq_actor import OBS_FEATURES, action_for, limit_for, load_actor, save_actor
+from .lfq_actor import DERIVED_FEATURES, OBS_FEATURES, action_for, derived, limit_for, load_actor, save_actor
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = Path("results/lfq/train.jsonl")
@@ -144,17 +144,22 @@ def _fit_critic(tf: Any, q: Any, x: np.ndarray, y: np.ndarray, xv: np.ndarray, y
     return tr_curve, va_curve
 
 
-def train(data: Path, out: Path, plot: Path | None, seed: int) -> dict[str, Any]:
+def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, with_derived: bool = False
+          ) -> dict[str, Any]:
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.keras.utils.set_random_seed(seed)
-    rows = load_samples(data)
+    files = [data] if isinstance(data, Path) else list(data)
+    rows = [r for f in files for r in load_samples(f)]
     obs = np.array([r["obs"] for r in rows], dtype=np.float32)
+    assert obs.shape[1] == len(OBS_FEATURES)
+    if with_derived:  # the 30 derived inputs after the 60 (lfq_actor.derived)
+        obs = np.concatenate([obs, derived(obs)], axis=1)
+    n_in = obs.shape[1]
     act = np.array([[action_for(r["limit_exp"])] for r in rows], dtype=np.float32)
     rew = np.array([[r["reward"]] for r in rows], dtype=np.float32)
-    assert obs.shape[1] == len(OBS_FEATURES)
     rng = np.random.default_rng(seed)
     idx = rng.permutation(len(rows))
     n_val = int(len(rows) * HP["val_frac"])
@@ -166,7 +171,7 @@ def train(data: Path, out: Path, plot: Path | None, seed: int) -> dict[str, Any]
     critics, curves = [], {"critic_train": [], "critic_val": [], "actor_objective": []}
     for c in range(HP["critics"]):
         boot = rng.choice(tr, size=len(tr), replace=True)
-        q = _mlp(tf, len(OBS_FEATURES) + 1, None, seed + 1 + c)
+        q = _mlp(tf, n_in + 1, None, seed + 1 + c)
         tr_curve, va_curve = _fit_critic(tf, q, x[boot], rew[boot] - r_mean, x[val], rew[val] - r_mean, rng)
         critics.append(q)
         curves["critic_train"].append(tr_curve)
@@ -175,7 +180,7 @@ def train(data: Path, out: Path, plot: Path | None, seed: int) -> dict[str, Any]
               f"{va_curve[-1] if va_curve else float('nan'):.4f} (held-out reward variance "
               f"{float(rew[val].var()) if n_val else float('nan'):.4f})", file=sys.stderr, flush=True)
 
-    actor = _mlp(tf, len(OBS_FEATURES), "tanh", seed)
+    actor = _mlp(tf, n_in, "tanh", seed)
     opt = tf.keras.optimizers.Adam(HP["actor_lr"])
     states = tf.constant(obs[tr])
 
@@ -205,12 +210,15 @@ def train(data: Path, out: Path, plot: Path | None, seed: int) -> dict[str, Any]
     fit = _fit_summary(rows, limits)
     training = {"hyperparameters": {k: list(v) if isinstance(v, tuple) else v for k, v in HP.items()},
                 "samples": len(rows), "episodes": len({(r.get("pre"), r["episode"], r["t"] // 1000) for r in rows}),
-                "data": str(data), "seed": seed, "algorithm": "offline actor-critic (module docstring)",
+                "data": ", ".join(str(f) for f in files), "seed": seed,
+                "inputs": len(OBS_FEATURES) + (len(DERIVED_FEATURES) if with_derived else 0),
+                "rounds": sorted({f"{r.get('pre', 'random')}/{r.get('explore', 'uniform')}" for r in rows}),
+                "algorithm": "offline actor-critic (module docstring)",
                 "fit_on_training_states": fit,
                 "critic_val_mse_last": [c[-1] if c else None for c in curves["critic_val"]],
                 "reward_var_val": float(rew[val].var()) if n_val else None}
     checksum = save_actor(out, kernels=kernels, biases=biases, interval_s=HP["interval_s"], leak=HP["leak"],
-                          training=training)
+                          training=training, with_derived=with_derived)
     print(f"lfq train: wrote {out} ({checksum}); on the training states: {fit}", file=sys.stderr)
     if plot is not None:
         _plot(plot, curves, rows, limits)
@@ -273,7 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--explore", choices=("uniform", "around"), default="uniform")
     c.add_argument("--seed", type=int, default=1)
     t = sub.add_parser("train", help="fit critics and actor on the samples, write the actor file")
-    t.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    t.add_argument("--data", type=Path, action="append", default=None,
+                   help=f"a samples file; repeat for several rounds (default {DEFAULT_DATA})")
+    t.add_argument("--derived", action="store_true",
+                   help="also feed the 30 derived inputs (lfq_actor.derived; not in paper 001)")
     t.add_argument("--out", type=Path, default=DEFAULT_OUT)
     t.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
     t.add_argument("--seed", type=int, default=1)
@@ -281,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "collect":
         collect(a.episodes, a.data, actor_path=a.actor, pre=a.pre, explore=a.explore, seed=a.seed)
     else:
-        train(a.data, a.out, a.plot, a.seed)
+        train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived)
     return 0
 
 

@@ -28,9 +28,11 @@ import numpy as np
 import pytest
 
 from ccswitch.models.lfq_actor import (
+    DERIVED_FEATURES,
     OBS_FEATURES,
     ActorError,
     action_for,
+    derived,
     limit_for,
     load_actor,
     observation,
@@ -68,6 +70,30 @@ def test_actor_file_round_trip(tmp_path: Path) -> None:
     np.testing.assert_allclose(a.act_batch(x), want, rtol=1e-5, atol=1e-6)
     h0 = np.where(bs[0] > 0, bs[0], 0.01 * bs[0])  # all-zero features: the first layer's bias alone
     assert a.limits([{}]) == [limit_for(float(np.tanh(h0 @ ks[1][:, 0] + bs[1][0])))]
+
+
+def test_derived_inputs_and_an_actor_that_takes_them(tmp_path: Path) -> None:
+    """The 30 derived inputs (packets between drops, fill, sawtooth trough) from the 60, and an actor file
+    with 90 inputs: loaded as such, its limits computed from the same features object."""
+    feats = {"queue_pkts": [20.0] * 10, "queue_std_pkts": [5.0] * 10, "limit_pkts": [40.0] * 10,
+             "out_rate_pps": [1000.0] * 10, "since_loss_s": [0.255] * 10}
+    d = derived(observation(feats))
+    assert d.shape == (30,) and len(DERIVED_FEATURES) == 30
+    at = {n: float(v) for n, v in zip(DERIVED_FEATURES, d, strict=True)}
+    assert at["loss_gap_log2pkts[0]"] == pytest.approx(np.log2(256.0) / 10)  # 255 packets since the drop
+    assert at["fill[9]"] == pytest.approx(0.5)
+    assert at["trough[3]"] == pytest.approx((20 - 5 * np.sqrt(3)) / 40, rel=1e-5)
+    assert not derived(observation({})).any()  # nothing known: zeros, no NaN (limit 0 counts as 1)
+    # An actor on the derived inputs only: a = tanh(2 * fill[0] - 1).
+    k0 = np.zeros((90, 1), np.float32)
+    k0[60 + DERIVED_FEATURES.index("fill[0]"), 0] = 2.0
+    save_actor(tmp_path / "d.json", kernels=[k0, np.ones((1, 1), np.float32)],
+               biases=[np.zeros(1, np.float32), np.array([-1.0], np.float32)], interval_s=0.01, with_derived=True)
+    a = load_actor(tmp_path / "d.json")
+    assert a.with_derived and a.limits([feats]) == [limit_for(float(np.tanh(2 * 0.5 - 1)))]
+    assert not load_actor(SHIPPED).with_derived
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert doc["features"] == list(OBS_FEATURES) + list(DERIVED_FEATURES)
 
 
 @pytest.mark.parametrize(("edit", "words"), [
