@@ -24,9 +24,9 @@ linkemu's control socket (:mod:`ccswitch.testbed.runs.linkemu_control`):
      observation is the 12 numbers and OBS_FEATURES_K's three (k now, the L4S class's share of the
      packets through the queue over the interval and over about one second), its reward
      :func:`reward_k` (``reward`` minus the per-flow L:C imbalance, which training can count because
-     the env knows its flows).  linkemu's lease (``hold_ms``) covers the factor only, not k: the
-     router loop puts k back to the scenario's value when it stops or fails
-     (:mod:`ccswitch.testbed.runs.dualpi2_agent`); only a hung loop leaves the last k in place;
+     the env knows its flows).  linkemu's lease (``hold_ms``) covers k too (a k not renewed is the
+     configuration's again), and the router loop also puts k back to the scenario's value when it
+     stops or fails (:mod:`ccswitch.testbed.runs.dualpi2_agent`);
    * ``residual``: the PI controller keeps running and the agent sets a factor on its p',
      2**(RESIDUAL_SCALE * a) (x0.5..x2), sent as ``set prob_scale``.  a = 0 is DualPI2 as it
      is, so even an untrained actor is the PI controller, and training only has to learn

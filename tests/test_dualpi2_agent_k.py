@@ -7,7 +7,9 @@
   factor and k every interval, and gives k back to the scenario's value at stop and at once when a set
   is refused.
 * Kernel: the k a constant residual-k actor sets is linkemu's k (read back from its state) within an
-  interval, and stop() puts the scenario's k back (as the other agent tests: a live linkemu, no flows).
+  interval, and stop() puts the scenario's k back (as the other agent tests: a live linkemu, no flows);
+  a k set with a short ``hold_ms`` through linkemu's socket is the scenario's k again once the lease has
+  passed (linkemu's own lease on k, for a loop that hangs), a k set without one stays.
 """
 
 from __future__ import annotations
@@ -286,3 +288,28 @@ def test_k_the_agent_sets_reaches_linkemu_and_stop_restores_it(tmp_path: Path) -
             assert up["k"] == 2.5 and up["prob_scale"] == 1.0  # stop(): the scenario's k, the PI alone
     rows = (tmp_path / "agent.csv").read_text().splitlines()
     assert all(float(r.split(",")[-2]) == pytest.approx(4.0, rel=1e-5) for r in rows[1:]) and len(rows) > 3
+
+
+@pytest.mark.kernel
+def test_a_k_lease_that_is_not_renewed_gives_linkemu_the_scenarios_k_back(tmp_path: Path) -> None:
+    from ccswitch.testbed.runs.emulator import Emulator, dualpi2, emulator_config, link
+    from ccswitch.testbed.runs.linkemu_control import LinkemuControl
+    from ccswitch.testbed.runs.topology import Topology
+
+    sock = tmp_path / "linkemu.sock"
+    with Topology(1) as topo:
+        cfg = emulator_config(topo.client_ifs, topo.server_if, uplink=link(20, 5, qdisc=dualpi2(k=2.5)),
+                              downlink=link(20, 5), control={"socket": str(sock)})
+        with Emulator(topo.router, cfg, stats_dir=tmp_path / "emu") as emu, LinkemuControl(sock) as ctl:
+            applied = ctl.set("uplink", k=4.0, hold_ms=60.0)  # k alone with a lease
+            assert (applied["k"], applied["k_was"], applied["k_hold_ms"]) == (4.0, 2.5, 60.0)
+            up = ctl.state("uplink")["uplink"]
+            assert up["k"] == 4.0 and up["k_config"] == 2.5 and 0 < up["k_hold_left_ms"] <= 60.0
+            time.sleep(0.3)  # the lease (60 ms) and the next PI update (16 ms later at most) have passed
+            up = ctl.state("uplink")["uplink"]
+            assert (up["k"], up["k_hold_left_ms"], up["k_lease_expiries"], up["lease_expiries"]) == (2.5, -1.0, 1, 0)
+            ctl.set("uplink", k=4.0)  # without hold_ms: stays
+            time.sleep(0.2)
+            up = ctl.state("uplink")["uplink"]
+            assert (up["k"], up["k_hold_left_ms"], up["k_lease_expiries"]) == (4.0, -1.0, 1)
+    assert emu.summary["uplink"]["qdisc_stats"]["k_lease_expiries"] == 1  # summary.json counts it too

@@ -9,9 +9,9 @@ it against a live linkemu through its control socket
 queue whose scenario table names an ``agent``.
 
 A ``residual-k`` actor also sets the coupling factor k every interval.  linkemu's lease (``hold_ms``)
-returns only the factor to 1 by itself, not k, so the loop gives k back to the scenario's value
-(``k_restore``) itself: at ``stop()``, and at once when the loop fails (a refused set, linkemu
-unreachable: it reconnects for that one set).  A loop that hangs without failing leaves the last k.
+covers k as well as the factor: a loop that hangs leaves the configuration's k once the lease runs out.
+As a second line the loop gives k back to the scenario's value (``k_restore``) itself: at ``stop()``,
+and at once when the loop fails (a refused set, linkemu unreachable: it reconnects for that one set).
 """
 
 from __future__ import annotations

@@ -275,8 +275,8 @@ class LinkemuControl:
         "limit_pkts": N}`` (a flow's ``key`` from :meth:`state` works as is).  dualpi2:
         *base_prob* (0..1 fixes p', ``"auto"`` gives it back to the PI controller), *prob_scale* (1/16..16:
         the PI controller keeps running and p' is its value times this; a residual agent's action),
-        *hold_ms* (with a numeric base_prob or a prob_scale: a lease, after which the PI controller alone
-        sets p' again unless renewed) and *k*.
+        *hold_ms* (with a numeric base_prob, a prob_scale or a k: a lease, after which the PI controller
+        alone sets p' again and k is the configuration's unless renewed) and *k*.
         """
         req: dict[str, Any] = {"op": "set", "dir": _direction(direction)}
         for name, value in (("default_limit_pkts", default_limit_pkts), ("base_prob", base_prob),

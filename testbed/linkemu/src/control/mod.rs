@@ -22,6 +22,7 @@
 //! {"op": "set", "dir": "downlink", "base_prob": 0.05, "hold_ms": 150}     dualpi2: p' fixed for 150 ms unless renewed
 //! {"op": "set", "dir": "downlink", "base_prob": "auto"}                    dualpi2: PI controller again
 //! {"op": "set", "dir": "downlink", "prob_scale": 0.8, "hold_ms": 150}    dualpi2: PI's p' x 0.8 (a residual agent)
+//! {"op": "set", "dir": "downlink", "prob_scale": 0.8, "k": 3, "hold_ms": 150}   dualpi2: both leased; then the config's k
 //! ```
 //!
 //! Responses: `{"ok": true, "t_s": ..., "uplink": DIR, "downlink": DIR}` for

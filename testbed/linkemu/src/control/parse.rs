@@ -18,7 +18,7 @@ const SET_FIELDS: &[&str] =
     &["op", "id", "dir", "default_limit_pkts", "flows", "base_prob", "prob_scale", "k", "hold_ms"];
 /// Range of a residual agent's factor on the PI controller's p' (`prob_scale`).
 const PROB_SCALE_RANGE: (f64, f64) = (1.0 / 16.0, 16.0);
-/// Longest lease of a fixed DualPI2 base probability (`hold_ms`), ms.
+/// Longest lease (`hold_ms`) of a fixed DualPI2 base probability, a factor or a k, ms.
 const MAX_HOLD_MS: f64 = 60_000.0;
 
 /// Parse one request line: its `id` (echoed even when the rest is refused)
@@ -119,9 +119,14 @@ fn parse_object(m: &Map<String, Value>) -> Result<Request, String> {
                     _ => Err(format!("hold_ms: must be a number of ms in (0, {MAX_HOLD_MS}], got {}", short(v))),
                 })
                 .transpose()?;
-            if p.hold_ms.is_some() && !matches!(p.base_prob, Some(BaseProb::Fixed(_))) && p.prob_scale.is_none() {
+            if p.hold_ms.is_some()
+                && !matches!(p.base_prob, Some(BaseProb::Fixed(_)))
+                && p.prob_scale.is_none()
+                && p.k.is_none()
+            {
                 return Err(
-                    "hold_ms: only with a numeric base_prob or a prob_scale (it is the lease of that value)".into()
+                    "hold_ms: only with a numeric base_prob, a prob_scale or a k (it is the lease of those values)"
+                        .into(),
                 );
             }
             if p.present().is_empty() {

@@ -14,7 +14,7 @@ use super::server::ControlServer;
 use super::{apply, handle_line, render, Request};
 use crate::config::Config;
 use crate::engine::Engine;
-use crate::packet::{build, Ecn, Mac, Packet};
+use crate::packet::{build, Dir, Ecn, Mac, Packet};
 use crate::stats::NullSink;
 use crate::time::{Nanos, NS_PER_S};
 
@@ -131,6 +131,52 @@ fn state_and_set_requests() {
     assert_eq!(r["applied"]["pi"], "auto");
 }
 
+/// A k set with `hold_ms` is a lease: unless a newer set with k renews it,
+/// the first PI update at or after it puts the configuration's k back
+/// (`k_lease_expiries`); a k set without `hold_ms` stays.
+#[test]
+fn a_k_lease_runs_out_at_the_first_pi_update_after_it() {
+    let mut e = engine();
+    e.advance_to(T0); // the first timer starts DualPI2's PI grid: updates every 16 ms from T0
+    let ms = |m: u64| T0 + m * 1_000_000;
+    let down = |e: &mut Engine| ask(e, r#"{"op": "state", "dir": "downlink"}"#)["downlink"].clone();
+    let r = ask(&mut e, r#"{"op": "set", "dir": "downlink", "k": 3, "hold_ms": 50}"#);
+    assert_eq!(r["applied"], json!({"k": 3.0, "k_was": 2.0, "k_hold_ms": 50.0, "base_prob": 0.0, "pi": "auto"}));
+    let d = down(&mut e);
+    assert_eq!(
+        (&d["k"], &d["k_config"], &d["k_hold_left_ms"], &d["hold_left_ms"]),
+        (&json!(3.0), &json!(2.0), &json!(50.0), &json!(-1.0))
+    );
+    e.advance_to(ms(49));
+    let d = down(&mut e);
+    assert_eq!((&d["k"], &d["k_lease_expiries"], &d["k_hold_left_ms"]), (&json!(3.0), &json!(0), &json!(1.0)));
+    e.advance_to(ms(64)); // the first update at or after 50 ms
+    let d = down(&mut e);
+    assert_eq!(
+        (&d["k"], &d["k_lease_expiries"], &d["lease_expiries"], &d["k_hold_left_ms"]),
+        (&json!(2.0), &json!(1), &json!(0), &json!(-1.0))
+    );
+    // Renewed every 40 ms for 1 s: k stays the agent's.
+    for i in 0..25 {
+        ask(&mut e, r#"{"op": "set", "dir": "downlink", "prob_scale": 1.2, "k": 3, "hold_ms": 50}"#);
+        e.advance_to(ms(64 + 40 * (i + 1)));
+        assert_eq!(down(&mut e)["k"], json!(3.0), "{i}");
+    }
+    e.advance_to(ms(1200));
+    let d = down(&mut e);
+    assert_eq!(
+        (&d["k"], &d["k_lease_expiries"], &d["lease_expiries"], &d["prob_scale"]),
+        (&json!(2.0), &json!(2), &json!(1), &json!(1.0))
+    );
+    assert_eq!(e.link(Dir::Down).qdisc().stats_json().unwrap()["k_lease_expiries"], 2);
+    // Without hold_ms a k stays.
+    let r = ask(&mut e, r#"{"op": "set", "dir": "downlink", "k": 4}"#);
+    assert!(r["applied"].get("k_hold_ms").is_none(), "{r}");
+    e.advance_to(ms(5000));
+    let d = down(&mut e);
+    assert_eq!((&d["k"], &d["k_lease_expiries"], &d["k_hold_left_ms"]), (&json!(4.0), &json!(2), &json!(-1.0)));
+}
+
 /// `fields`: each DIR holds only the keys asked for (names it does not have
 /// are left out), with the values a full state has; flows only if asked.
 #[test]
@@ -236,8 +282,12 @@ fn bad_requests_get_one_line_errors_and_change_nothing() {
             "hold_ms: must be a number of ms in (0, 60000], got 0",
         ),
         (
-            r#"{"op": "set", "dir": "downlink", "k": 2, "hold_ms": 100}"#,
-            "hold_ms: only with a numeric base_prob or a prob_scale (it is the lease of that value)",
+            r#"{"op": "set", "dir": "downlink", "base_prob": "auto", "hold_ms": 100}"#,
+            "hold_ms: only with a numeric base_prob, a prob_scale or a k (it is the lease of those values)",
+        ),
+        (
+            r#"{"op": "set", "dir": "uplink", "k": 2, "hold_ms": 100}"#,
+            "k: not settable on lfq (settable: default_limit_pkts, flows)",
         ),
         (
             r#"{"op": "set", "dir": "downlink", "prob_scale": 0}"#,

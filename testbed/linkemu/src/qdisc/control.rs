@@ -105,9 +105,9 @@ pub struct SetParams {
     pub prob_scale: Option<f64>,
     /// dualpi2: coupling factor.
     pub k: Option<f64>,
-    /// dualpi2: how long a fixed `base_prob` or a `prob_scale` holds without a newer `set`
+    /// dualpi2: how long a fixed `base_prob`, a `prob_scale` or a `k` holds without a newer `set`
     /// (a lease: an agent that dies or hangs hands p' back to the PI
-    /// controller); None: until "auto".
+    /// controller and k back to the configuration's); None: until "auto" / the next `set`.
     pub hold_ms: Option<f64>,
 }
 

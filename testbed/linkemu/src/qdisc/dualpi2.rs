@@ -246,6 +246,9 @@ pub struct Counters {
     pub manual_updates: u64,
     /// PI updates whose p' a residual agent scaled (`prob_scale` != 1).
     pub scaled_updates: u64,
+    /// k values set with `hold_ms` whose lease ran out, putting the configured k back
+    /// (apart from `lease_expiries`: see the control module's comment).
+    pub k_lease_expiries: u64,
 }
 
 pub struct DualPi2 {
@@ -265,6 +268,11 @@ pub struct DualPi2 {
     manual: bool,
     /// ... until this instant (the `set`'s `hold_ms` lease), or for good (None).
     manual_until: Option<Nanos>,
+    /// The configuration's k (`prm.k` is the one applied, which the control socket may change).
+    k_conf: f64,
+    /// A k set through the control socket with `hold_ms` holds until this
+    /// instant, then `k_conf` is back (None: no lease; a k set without one stays).
+    k_until: Option<Nanos>,
     q_prev: Nanos,
     next_update: Nanos,
     /// recur() accumulator of the L marking decision.
@@ -284,6 +292,8 @@ impl DualPi2 {
             Scheduler::TsFifo { .. } => 0.0, // the credit is not used
         };
         DualPi2 {
+            k_conf: prm.k,
+            k_until: None,
             prm,
             q: [Fifo::default(), Fifo::default()],
             p: 0.0,
@@ -363,6 +373,15 @@ impl DualPi2 {
     /// The integrator is `p_pi`; the applied p' is `p_pi` itself, or `p_pi`
     /// times a residual agent's `scale`, or a value fixed by an agent.
     pub fn update(&mut self, now: Nanos) {
+        if self.k_until.is_some_and(|until| now >= until) {
+            // The agent did not renew its k: the configured coupling is back from this update on
+            // (before the PI step, so p' is capped with it).
+            self.prm.k = self.k_conf;
+            self.k_until = None;
+            self.counters.k_lease_expiries += 1;
+            self.p = self.p.min(self.p_ceiling());
+            self.p_pi = self.p_pi.min(self.p_ceiling());
+        }
         let qd = self.head_delay(C, now).max(self.head_delay(L, now));
         let s = |ns: Nanos| ns as f64 / 1e9;
         let mut p =
@@ -582,6 +601,7 @@ impl Qdisc for DualPi2 {
             "manual_updates": c.manual_updates,
             "scaled_updates": c.scaled_updates,
             "lease_expiries": c.lease_expiries,
+            "k_lease_expiries": c.k_lease_expiries,
             "packets_in": {"classic": c.packets_in[C], "l4s": c.packets_in[L]},
             "limit_drops": {"classic": c.limit_drops[C], "l4s": c.limit_drops[L]},
             "l4s_native_marks": c.l_native_marks,

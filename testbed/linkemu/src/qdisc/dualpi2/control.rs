@@ -7,7 +7,8 @@
 //! update), per class [classic, l4s] the length in packets and bytes and the
 //! sojourn of its head packet now (`*_delay_ms`), whether ECN is off
 //! because of overload, and the counters of summary.json's `qdisc_stats`
-//! (marks and drops per cause, PI updates).
+//! (marks and drops per cause, PI updates), `k_config` (the configuration's
+//! k) and `k_hold_left_ms` (what is left of a lease on k, -1 when none).
 //!
 //! **Set**: `base_prob` = a number fixes p' (0..1; 0..1/k without
 //! drop_on_overload, where the PI controller caps it there) and pauses the
@@ -17,8 +18,22 @@
 //! p' in place.  With `hold_ms` the fixed value is a lease: unless another
 //! `set` renews it, the first PI update at or after `hold_ms` resumes the
 //! controller (counted in `lease_expiries`), so a router agent that dies or
-//! hangs leaves plain DualPI2 behind, not a frozen p'.  `k` (0.5..64, as the config) changes the coupling at once;
-//! without drop_on_overload a p' above the new 1/k is lowered to it.
+//! hangs leaves plain DualPI2 behind, not a frozen p'.
+//!
+//! `k` (0.5..64, as the config) changes the coupling at once; without
+//! drop_on_overload a p' above the new 1/k is lowered to it.  Without
+//! `hold_ms` the new k stays until the next `set` with a k.  With `hold_ms`
+//! (alone with k, or beside a p' or a factor, which then get the same lease)
+//! k is leased too: unless another `set` carrying a k renews it (a `set`
+//! without k leaves the lease running), the first PI update at or after
+//! `hold_ms` puts the configuration's k back (`k_config`), before that
+//! update's PI step, so p' is capped with it.  These count in their own
+//! `k_lease_expiries` (state and summary.json), not in `lease_expiries`: an
+//! agent that sends a factor and k with one lease and then goes quiet loses
+//! both at the same update, and `lease_expiries` keeps meaning what it meant
+//! (p' handed back to the PI controller), so runs before and after compare.
+//! An expiry counts even if the leased k equalled the configured one (the
+//! counter says how often an agent's k lease ran out).
 //!
 //! `prob_scale` (1/16..16) is a residual agent's factor: the PI controller
 //! keeps integrating its own p' (`pi_base_prob`) from the queue delay, and the
@@ -57,6 +72,8 @@ impl DualPi2 {
             ("p_c", Scalar::F(self.p_c())),
             ("p_cl", Scalar::F(self.p_cl().min(1.0))),
             ("k", Scalar::F(self.prm.k)),
+            ("k_config", Scalar::F(self.k_conf)),
+            ("k_hold_left_ms", Scalar::F(self.k_until.map_or(-1.0, |until| ms(until.saturating_sub(now))))),
             ("overloaded", Scalar::B(self.overloaded())),
             ("target_ms", Scalar::F(ms(self.prm.target))),
             ("tupdate_ms", Scalar::F(ms(self.prm.tupdate))),
@@ -78,6 +95,7 @@ impl DualPi2 {
             ("manual_updates", Scalar::U(c.manual_updates)),
             ("scaled_updates", Scalar::U(c.scaled_updates)),
             ("lease_expiries", Scalar::U(c.lease_expiries)),
+            ("k_lease_expiries", Scalar::U(c.k_lease_expiries)),
             ("overload_updates", Scalar::U(c.overload_updates)),
             ("classic_packets_in", Scalar::U(c.packets_in[C])),
             ("l4s_packets_in", Scalar::U(c.packets_in[L])),
@@ -94,7 +112,7 @@ impl DualPi2 {
         s
     }
 
-    /// `base_prob`, `prob_scale` and `k` (module comment); all or nothing.
+    /// `base_prob`, `prob_scale`, `k` and their lease `hold_ms` (module comment); all or nothing.
     pub(super) fn set_from_control(&mut self, set: &SetParams, now: Nanos) -> Result<SetApplied, String> {
         set.only("dualpi2", &["base_prob", "prob_scale", "k", "hold_ms"])?;
         if let Some(k) = set.k {
@@ -114,7 +132,11 @@ impl DualPi2 {
         if let Some(k) = set.k {
             applied.params.push(("k_was", Scalar::F(self.prm.k)));
             self.prm.k = k;
+            self.k_until = set.hold_ms.map(|h| now + (h * 1e6) as Nanos);
             applied.params.push(("k", Scalar::F(k)));
+            if let Some(h) = set.hold_ms {
+                applied.params.push(("k_hold_ms", Scalar::F(h)));
+            }
             self.p = self.p.min(self.p_ceiling());
             self.p_pi = self.p_pi.min(self.p_ceiling());
         }
@@ -278,6 +300,71 @@ mod tests {
         assert_eq!((q.counters.lease_expiries, q.manual), (1, false));
         assert!(q.p_prime() > 0.01, "PI resumed: p' = {}", q.p_prime());
         assert_eq!(get(&q.state_for_control(t).params, "hold_left_ms"), Scalar::F(-1.0));
+    }
+
+    #[test]
+    fn a_k_lease_restores_the_configured_k_at_the_first_update_at_or_after_it() {
+        let mut q = DualPi2::new(Params::default(), 1);
+        q.on_timer(0); // starts the PI grid: updates at 16, 32, ... ms
+        let lease = |k: f64| SetParams { k: Some(k), hold_ms: Some(50.0), ..Default::default() };
+        let a = q.set_from_control(&lease(3.0), 0).unwrap();
+        assert_eq!((get(&a.params, "k"), get(&a.params, "k_hold_ms")), (Scalar::F(3.0), Scalar::F(50.0)));
+        let s = q.state_for_control(0);
+        assert_eq!(
+            (get(&s.params, "k_hold_left_ms"), get(&s.params, "hold_left_ms")),
+            (Scalar::F(50.0), Scalar::F(-1.0))
+        );
+        assert_eq!(get(&s.params, "k_config"), Scalar::F(2.0));
+        let mut t = 0;
+        for _ in 0..3 {
+            t += 16_000_000;
+            q.on_timer(t);
+        }
+        assert_eq!((q.params().k, q.counters.k_lease_expiries), (3.0, 0), "48 ms < 50 ms: still the agent's");
+        assert_eq!(get(&q.state_for_control(t).params, "k_hold_left_ms"), Scalar::F(2.0));
+        t += 16_000_000;
+        q.on_timer(t);
+        assert_eq!((q.params().k, q.counters.k_lease_expiries, q.counters.lease_expiries), (2.0, 1, 0));
+        let s = q.state_for_control(t);
+        assert_eq!((get(&s.params, "k"), get(&s.params, "k_hold_left_ms")), (Scalar::F(2.0), Scalar::F(-1.0)));
+        assert_eq!(get(&s.params, "k_lease_expiries"), Scalar::U(1));
+        assert_eq!(q.stats_json().unwrap()["k_lease_expiries"], 1);
+        // Renewed every 32 ms: k stays the agent's; a set without k does not renew it.
+        for _ in 0..10 {
+            q.set_from_control(&lease(4.0), t).unwrap();
+            t += 16_000_000;
+            q.on_timer(t);
+            t += 16_000_000;
+            q.on_timer(t);
+        }
+        assert_eq!((q.params().k, q.counters.k_lease_expiries), (4.0, 1));
+        q.set_from_control(&SetParams { prob_scale: Some(0.5), hold_ms: Some(500.0), ..Default::default() }, t)
+            .unwrap();
+        t += 32_000_000;
+        q.on_timer(t);
+        assert_eq!((q.params().k, q.counters.k_lease_expiries), (2.0, 2), "the factor's set left k's lease alone");
+        assert_eq!((q.scale, q.counters.lease_expiries), (0.5, 0));
+        // k without hold_ms is permanent, and ends a lease in place.
+        q.set_from_control(&lease(3.0), t).unwrap();
+        q.set_from_control(&SetParams { k: Some(1.5), ..Default::default() }, t).unwrap();
+        assert_eq!(get(&q.state_for_control(t).params, "k_hold_left_ms"), Scalar::F(-1.0));
+        for _ in 0..100 {
+            t += 16_000_000;
+            q.on_timer(t);
+        }
+        assert_eq!((q.params().k, q.counters.k_lease_expiries), (1.5, 2));
+    }
+
+    #[test]
+    fn a_restored_k_caps_p_without_drop_on_overload() {
+        let mut q = DualPi2::new(Params { drop_on_overload: false, ..Params::default() }, 1);
+        q.on_timer(0);
+        q.set_from_control(&SetParams { k: Some(1.0), hold_ms: Some(10.0), ..Default::default() }, 0).unwrap();
+        q.set_from_control(&SetParams { base_prob: Some(BaseProb::Fixed(0.8)), ..Default::default() }, 0).unwrap();
+        q.on_timer(16_000_000);
+        // k = 2 again before the update: the fixed p' is held at 1/k.
+        assert_eq!((q.params().k, q.p_prime(), q.counters.k_lease_expiries), (2.0, 0.5, 1));
+        assert_eq!(get(&q.state_for_control(16_000_000).params, "pi"), Scalar::S("manual"));
     }
 
     #[test]
