@@ -9,11 +9,12 @@ from ccswitch.testbed.reports.remote_decisions import arm_table, read_arms
 
 
 def _run(root: Path, arm: str, seed: int, share: float, util: float, answers: list[tuple[float, float]],
-         l_p90_us: float | None) -> None:
+         l_p90_us: float | None, server: dict[str, float] | None = None) -> None:
     run = root / "sc-a" / arm / f"seed-{seed}"
     run.mkdir(parents=True)
     lh = {"min_share": share, "jain": 0.99, "utilisation": util}
-    (run / "summary.json").write_text(json.dumps({"metrics": {"last_half": lh}}))
+    meta = {"policy_server": {"stats": server}} if server is not None else {}
+    (run / "summary.json").write_text(json.dumps({"metrics": {"last_half": lh}, "meta": meta}))
     for i, (p50, p99) in enumerate(answers):
         d = run / "daemon" / f"C{i + 1}"
         d.mkdir(parents=True)
@@ -30,7 +31,8 @@ def _run(root: Path, arm: str, seed: int, share: float, util: float, answers: li
 
 def test_counters_targets_and_the_l_queue_per_arm(tmp_path: Path) -> None:
     _run(tmp_path, "dqn-remote", 1, 0.95, 0.93, [(20.0, 60.0), (30.0, 80.0)], None)
-    _run(tmp_path, "dqn-remote-l4s", 1, 0.95, 0.89, [(10.0, 40.0), (12.0, 50.0)], 150.0)
+    _run(tmp_path, "dqn-remote-l4s", 1, 0.95, 0.89, [(10.0, 40.0), (12.0, 50.0)], 150.0,
+         {"serving_wall_s": 40.0, "serving_cpu_s": 0.2})
     arms = read_arms(tmp_path)
     assert list(arms) == ["dqn-remote", "dqn-remote-l4s"]
     classic, l4s = arms["dqn-remote"][0], arms["dqn-remote-l4s"][0]
@@ -40,3 +42,6 @@ def test_counters_targets_and_the_l_queue_per_arm(tmp_path: Path) -> None:
     table = arm_table(arms)
     assert "| dqn-remote | 1 | 1 | 0.95 |" in table and "25.0 (20.0-30.0)" in table
     assert "0.15 ms (max of runs)" in table and "1 of 100" in table
+    # the server's CPU share: 0.2 s over 40 s = 0.50 % of a core; a run without the stats leaves it empty
+    assert classic.server_cpu_share is None and l4s.server_cpu_share == 0.005
+    assert "| 0.50 (0.50) |" in table and table.splitlines()[2].endswith("no L4S packets | |")

@@ -105,6 +105,8 @@ def test_daemons_decide_jointly_through_a_server_in_the_testbed(tmp_path: Path, 
     # two daemons, one decision a second each over ~10 s (slack for start-up on a loaded machine)
     assert st["requests"].get("CCA_JOINT_REQ", 0) >= 10 and st["joint_flows"] >= 10, st
     assert st["refused"] == {} and st["late"] == 0, st
+    # the serving's own CPU clock: some CPU was spent, never more than 2 cores' worth of the wall time
+    assert st["serving_wall_s"] >= 5.0 and 0.0 < st["serving_cpu_s"] <= 2.0 * st["serving_wall_s"], st
     # one managed flow per daemon: iperf3's control connection goes on no path, so it never votes
     assert st["joint_flows"] <= st["requests"]["CCA_JOINT_REQ"] < st["flows"], st
     for c in ("C1", "C2"):

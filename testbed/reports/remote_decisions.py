@@ -4,8 +4,9 @@ For matrix runs of the ``dqn``, ``dqn-remote[-l4s][-MS]`` and ``dqn-joint[-l4s][
 (issue 15), per arm: the fairness targets over the last half (as every matrix report), and
 what the control traffic met on its way: each daemon's request-to-answer time (the p50 and p99
 its ``stopped`` log line gives), the rows its local policy decided after a late or missing
-answer, and, behind a DualPI2 router, the L queue's sojourn for the control packets (the only
-L4S packets of these runs).  Writes a Markdown table and a PNG (answer times per daemon, min
+answer, behind a DualPI2 router the L queue's sojourn for the control packets (the only
+L4S packets of these runs), and the policy server's CPU while serving (its stats line, since
+26 Nov evening; older runs leave the column empty).  Writes a Markdown table and a PNG (answer times per daemon, min
 share per run)::
 
     python -m ccswitch.testbed.reports.remote_decisions RESULTS_DIR [--out DIR]
@@ -38,6 +39,7 @@ class RunControl:
     rows: int = 0
     local_rows: int = 0
     l_queue_p90_us: float | None = None
+    server_cpu_share: float | None = None  # the policy server's CPU / wall time while serving (a core = 1)
 
     @property
     def met(self) -> bool:
@@ -63,6 +65,9 @@ def read_run(run: Path) -> RunControl:
             rc.answers_ms.append((float(kv["remote_answer_ms_p50"]), float(kv["remote_answer_ms_p99"])))
         rc.rows += int(kv.get("remote_rows", 0))
         rc.local_rows += int(kv.get("remote_local_rows", 0))
+    st = (summary.get("meta", {}).get("policy_server") or {}).get("stats") or {}
+    if st.get("serving_wall_s"):
+        rc.server_cpu_share = st["serving_cpu_s"] / st["serving_wall_s"]
     emu = run / "emulator" / "summary.json"
     if emu.exists():
         l4s = json.loads(emu.read_text()).get("uplink", {}).get("classes", {}).get("l4s", {})
@@ -85,8 +90,9 @@ def _median(xs: list[float]) -> float:
 
 def arm_table(arms: dict[str, list[RunControl]]) -> str:
     lines = ["| arm | runs | met | mean min share | mean Jain | mean util. | answer p50 ms, median of daemons "
-             "(range) | answer p99 ms, median | rows decided locally | L-queue p90 of the control packets |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "(range) | answer p99 ms, median | rows decided locally | L-queue p90 of the control packets | "
+             "server CPU, % of a core (mean, max) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for arm, runs in arms.items():
         p50 = [a for r in runs for a, _ in r.answers_ms]
         p99 = [b for r in runs for _, b in r.answers_ms]
@@ -98,7 +104,9 @@ def arm_table(arms: dict[str, list[RunControl]]) -> str:
             f"| {arm} | {len(runs)} | {sum(r.met for r in runs)} | {share:.2f} | {jain:.3f} | {util:.1f} % | "
             + (f"{_median(p50):.1f} ({min(p50):.1f}-{max(p50):.1f}) | {_median(p99):.1f} | {local} of {rows} | "
                if p50 else "local | | | ")
-            + (f"{max(lq) / 1000:.2f} ms (max of runs) |" if lq else "no L4S packets |"))
+            + (f"{max(lq) / 1000:.2f} ms (max of runs) |" if lq else "no L4S packets |")
+            + (f" {100 * statistics.mean(cpu):.2f} ({100 * max(cpu):.2f}) |" if (cpu := [
+                r.server_cpu_share for r in runs if r.server_cpu_share is not None]) else " |"))
     return "\n".join(lines)
 
 
