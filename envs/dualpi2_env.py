@@ -22,6 +22,8 @@ Spaces::
                                                      (interval, ~1 s average); Box(-1, 1, (2,)): the factor
                                                      and k = 2**(1 + a_k); reward_k (the L:C imbalance per
                                                      flow, from the condition's flow counts, is charged)
+    mode "k"                                         the same observation and reward; Box(-1, 1, (1,)):
+                                                     k = 2**(1 + a) alone, p' the PI controller's
 
 Episode (``reset``): a fresh condition drawn from :class:`ConditionSpace` with the
 env's RNG: link rate log-uniform 10..100 Mbit/s, base RTT 4..40 ms, 1-4
@@ -57,6 +59,7 @@ import numpy as np
 
 from ccswitch.models.dualpi2_actor import (
     ACTION_KINDS,
+    K_MODES,
     LEASE_INTERVALS,
     Observer,
     action_dims,
@@ -217,7 +220,7 @@ class DualPi2Env(gym.Env):
         self._start_episode(cond)
         if self.warmup_s > 0:  # the flows leave slow start under DualPI2's own PI controller
             time.sleep(self.warmup_s)
-        self._observer = Observer(cond.rate_mbit, self.target_ms, extended=self.mode == "residual-k")
+        self._observer = Observer(cond.rate_mbit, self.target_ms, extended=self.mode in K_MODES)
         self._t = 0
         self._next = time.monotonic()
         obs, raw = self._observe()  # counters start here
@@ -248,6 +251,6 @@ class DualPi2Env(gym.Env):
         self._t += 1
         cond = self.condition
         r = (reward_k(raw, cond.n_l4s, cond.n_classic, self.target_ms, w_lc=self.w_lc)
-             if self.mode == "residual-k" and cond
+             if self.mode in K_MODES and cond
              else reward(raw, self.target_ms))
         return obs, r, False, self._t >= self.steps, {"condition": self.condition, **raw}

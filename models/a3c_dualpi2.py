@@ -69,7 +69,12 @@ class Hyperparameters:
     warmup_s: float = 0.0        # flows run this long under the PI controller before the agent takes over
     mode: str = "step"           # action mapping (dualpi2_actor.ACTION_KINDS): set p' ("step"), or a factor on PI's
     #                              ("residual"), or that and the coupling factor k ("residual-k": 2 outputs)
-    w_lc: float = 0.5            # residual-k: weight of the per-flow L:C imbalance in the reward (reward_k)
+    w_lc: float = 0.5            # residual-k and k: weight of the per-flow L:C imbalance in the reward (reward_k)
+    k_hold_steps: int = 1        # residual-k and k: k is drawn every this many intervals and held between
+    #                              (1: every interval).  k moves the L:C balance over ~1 s of rate
+    #                              adaptation; a new draw every 50 ms is noise no single step's return shows
+    mean_init_scale: float = 1.0  # the mean head's initial weights: Glorot uniform x this (1.0: Keras's default);
+    #                              small = the untrained actor is plain DualPI2 (a = 0) for every state
     workers: int = 2             # one per core here; each runs its own emulated link in real time
     t_max: int = 5               # steps between global updates (paper 000: args_update_interval = 5)
     gamma: float = 0.9           # the effect of a change of p' shows within ~1-3 intervals
@@ -102,7 +107,10 @@ def build_networks(hp: Hyperparameters) -> tuple[Any, Any]:
     x = s
     for n in hp.actor_hidden:
         x = keras.layers.Dense(n, activation="relu")(x)
-    mean = keras.layers.Dense(n_act, activation="tanh", name="mean")(x)
+    init: Any = "glorot_uniform"  # Keras's default; scaled, the same family (fan_avg, uniform)
+    if hp.mean_init_scale != 1.0:
+        init = keras.initializers.VarianceScaling(hp.mean_init_scale, mode="fan_avg", distribution="uniform")
+    mean = keras.layers.Dense(n_act, activation="tanh", name="mean", kernel_initializer=init)(x)
     # softplus(-1.2) = 0.26: the initial exploration is a gentle random walk of p', not a storm.
     std = keras.layers.Dense(n_act, activation="softplus", name="std",
                              bias_initializer=keras.initializers.Constant(hp.std_init_bias))(x)
@@ -159,7 +167,7 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
         critic.set_weights(shared.critic.get_weights())
 
     @tf.function(reduce_retracing=True)
-    def gradients(states: Any, raw_actions: Any, returns: Any) -> tuple[Any, Any]:
+    def gradients(states: Any, raw_actions: Any, returns: Any, drawn: Any) -> tuple[Any, Any]:
         with tf.GradientTape() as ta, tf.GradientTape() as tc:
             v = tf.squeeze(critic(states), -1)
             adv = tf.stop_gradient(returns - v)
@@ -167,28 +175,39 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
             std = std + hp.std_min
             logp = -0.5 * tf.square((raw_actions - mean) / std) - tf.math.log(std) - 0.5 * np.log(2 * np.pi)
             entropy = tf.math.log(std) + 0.5 * np.log(2 * np.pi * np.e)
-            # Independent dimensions: log pi is the sum over them (one dimension: the same as before).
-            actor_loss = (-tf.reduce_mean(tf.reduce_sum(logp, -1) * adv)
-                          - hp.entropy_beta * tf.reduce_mean(tf.reduce_sum(entropy, -1)))
+            # Independent dimensions: log pi is the sum over them (one dimension: the same as before); a held
+            # dimension (k between its draws: *drawn* 0) was not chosen at that step and adds nothing.
+            actor_loss = (-tf.reduce_mean(tf.reduce_sum(logp * drawn, -1) * adv)
+                          - hp.entropy_beta * tf.reduce_mean(tf.reduce_sum(entropy * drawn, -1)))
             critic_loss = tf.reduce_mean(tf.square(returns - v))
         ga, _ = tf.clip_by_global_norm(ta.gradient(actor_loss, actor.trainable_variables), hp.grad_clip)
         gc, _ = tf.clip_by_global_norm(tc.gradient(critic_loss, critic.trainable_variables), hp.grad_clip)
         return ga, gc
 
     rng = np.random.default_rng(hp.seed * 1000 + index)
+    k_dim = {"residual-k": 1, "k": 0}.get(hp.mode)  # the output that sets k (held k_hold_steps intervals)
     sync()
     with DualPi2Env(interval_s=hp.interval_s, steps=hp.steps, workdir=workdir, warmup_s=hp.warmup_s,
                     mode=hp.mode, w_lc=hp.w_lc) as env:
         while (episode := shared.claim_episode()) is not None:
             obs, info = env.reset(seed=hp.seed * 100_000 + episode)
             cond: Condition = info["condition"]
-            buf: list[tuple[np.ndarray, np.ndarray, float]] = []
+            buf: list[tuple[np.ndarray, np.ndarray, float, np.ndarray]] = []
             total, metrics = 0.0, {"classic_delay_ms": 0.0, "utilisation": 0.0, "classic_drop_frac": 0.0}
+            mean_sum = np.zeros(action_dims(hp.mode))
+            held: np.ndarray | None = None
             for t in range(hp.steps):
                 mean, std = actor(obs[None, :], training=False)
+                mean_sum += np.asarray(mean[0], np.float64)
                 raw_a = rng.normal(np.asarray(mean[0], np.float64), np.asarray(std[0], np.float64) + hp.std_min)
+                drawn = np.ones_like(raw_a)
+                if k_dim is not None and hp.k_hold_steps > 1:
+                    if t % hp.k_hold_steps and held is not None:
+                        raw_a[k_dim], drawn[k_dim] = held[k_dim], 0.0
+                    else:
+                        held = raw_a.copy()
                 nxt, r, _, trunc, info = env.step(np.clip(raw_a, -1.0, 1.0))
-                buf.append((obs, raw_a, r))
+                buf.append((obs, raw_a, r, drawn))
                 total += r
                 for k in metrics:
                     metrics[k] += info[k] / hp.steps
@@ -197,13 +216,14 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
                     # A time limit, not a terminal state: bootstrap from V(s') at every cut.
                     ret = float(critic(obs[None, :], training=False)[0, 0])
                     returns = []
-                    for _, _, rr in reversed(buf):
+                    for _, _, rr, _ in reversed(buf):
                         ret = rr + hp.gamma * ret
                         returns.append(ret)
                     returns.reverse()
                     ga, gc = gradients(np.stack([b[0] for b in buf]).astype(np.float32),
                                        np.stack([b[1] for b in buf]).astype(np.float32),
-                                       np.array(returns, np.float32))
+                                       np.array(returns, np.float32),
+                                       np.stack([b[3] for b in buf]).astype(np.float32))
                     with shared.lock:
                         shared.opt_actor.apply_gradients(zip(ga, shared.actor.trainable_variables, strict=True))
                         shared.opt_critic.apply_gradients(zip(gc, shared.critic.trainable_variables, strict=True))
@@ -212,7 +232,10 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
                     buf = []
             row = {"episode": episode, "worker": index, "reward": round(total, 3),
                    "mean_reward": round(total / hp.steps, 4), "condition": cond.label(),
-                   **{k: round(v, 4) for k, v in metrics.items()}, "t_s": round(time.monotonic() - shared.t0, 1)}
+                   **{k: round(v, 4) for k, v in metrics.items()},
+                   # the actor's mean action over the episode (tanh output per dimension): drift shows here
+                   **{f"mean_a{i}": round(float(m) / hp.steps, 4) for i, m in enumerate(mean_sum)},
+                   "t_s": round(time.monotonic() - shared.t0, 1)}
             with shared.lock:
                 shared.curve.append(row)
                 done = len(shared.curve)
@@ -457,9 +480,13 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--gamma", type=float, default=Hyperparameters.gamma, help="discount per control interval")
     t.add_argument("--mode", choices=sorted(ACTION_KINDS), default=Hyperparameters.mode,
                    help="step: the agent sets p' (paper 000); residual: a factor on the PI controller's p'; "
-                        "residual-k: that factor and the coupling factor k")
+                        "residual-k: that factor and the coupling factor k; k: k alone (p' the PI controller's)")
     t.add_argument("--w-lc", type=float, default=Hyperparameters.w_lc,
-                   help="residual-k: weight of the per-flow L:C imbalance in the reward")
+                   help="residual-k and k: weight of the per-flow L:C imbalance in the reward")
+    t.add_argument("--k-hold-steps", type=int, default=Hyperparameters.k_hold_steps,
+                   help="residual-k and k: draw k every this many intervals, hold it between")
+    t.add_argument("--mean-init-scale", type=float, default=Hyperparameters.mean_init_scale,
+                   help="scale of the mean head's initial weights (small: the untrained actor is plain DualPI2)")
     b = sub.add_parser("pi-baseline", help="the PI controller on a training run's episode conditions (root)")
     b.add_argument("run_dir", type=Path)
     c = sub.add_parser("compare", help="actor vs PI controller on drawn conditions (root)")
@@ -473,7 +500,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if a.cmd == "train":
         hp = Hyperparameters(episodes=a.episodes, workers=a.workers, seed=a.seed, warmup_s=a.warmup_s,
-                             gamma=a.gamma, mode=a.mode, w_lc=a.w_lc)
+                             gamma=a.gamma, mode=a.mode, w_lc=a.w_lc, k_hold_steps=a.k_hold_steps,
+                             mean_init_scale=a.mean_init_scale)
+        if a.k_hold_steps < 1 or a.mean_init_scale <= 0:
+            print("a3c_dualpi2: --k-hold-steps must be >= 1 and --mean-init-scale > 0", file=sys.stderr)
+            return 2
         print(f"a3c: wrote {train(hp, a.out)}")
     elif a.cmd == "pi-baseline":
         rows = pi_baseline(a.run_dir)

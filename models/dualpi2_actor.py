@@ -14,7 +14,7 @@ linkemu's control socket (:mod:`ccswitch.testbed.runs.linkemu_control`):
    each scaled to about 0..1 like the paper's min-max normalisation);
 2. the actor network (numpy only; trained by ``ccswitch.models.a3c_dualpi2``)
    gives the action a in [-1, 1];
-3. one of two action mappings (the actor file's ``action.kind``, :data:`ACTION_KINDS`):
+3. one of four action mappings (the actor file's ``action.kind``, :data:`ACTION_KINDS`):
 
    * ``step`` (paper 000: the agent sets p' itself): p' <- clip(p' * 2**(ACTION_SCALE * a),
      P_MIN, P_MAX) (ACTION_SCALE 0.5), sent as ``set base_prob``; the PI controller is paused;
@@ -27,6 +27,9 @@ linkemu's control socket (:mod:`ccswitch.testbed.runs.linkemu_control`):
      the env knows its flows).  linkemu's lease (``hold_ms``) covers k too (a k not renewed is the
      configuration's again), and the router loop also puts k back to the scenario's value when it
      stops or fails (:mod:`ccswitch.testbed.runs.dualpi2_agent`);
+   * ``k``: ``residual-k`` without the factor: the one output sets k as a_k above, sent as ``set k``
+     with the lease, and the PI controller alone sets p' (same observation and reward).  Why: trained
+     together, the factor drifted to its bound and took k with it (docs/l4s.md);
    * ``residual``: the PI controller keeps running and the agent sets a factor on its p',
      2**(RESIDUAL_SCALE * a) (x0.5..x2), sent as ``set prob_scale``.  a = 0 is DualPI2 as it
      is, so even an untrained actor is the PI controller, and training only has to learn
@@ -34,8 +37,8 @@ linkemu's control socket (:mod:`ccswitch.testbed.runs.linkemu_control`):
      integrator stays in the loop, so the delay the queue settles at is still the target's;
      what the agent changes is how p' moves on the way (flows arriving, leaving, slow start).
 
-   Either is sent with a lease of LEASE_INTERVALS intervals (``hold_ms``): if the agent dies
-   or hangs, linkemu's PI controller takes p' back within the lease.
+   Each is sent with a lease of LEASE_INTERVALS intervals (``hold_ms``): if the agent dies
+   or hangs, linkemu's PI controller takes p' back, and the configuration's k returns, within the lease.
 
 Where this deviates from the paper, and why:
 
@@ -73,7 +76,7 @@ import numpy as np
 
 from .policy import PolicyError, decode_array, encode_layers, plain_json, read_signed, write_signed
 
-__all__ = ["ACTION_KINDS", "ACTOR_FORMAT", "LEASE_INTERVALS", "OBS_FEATURES", "OBS_FEATURES_K", "STATE_KEYS",
+__all__ = ["ACTION_KINDS", "ACTOR_FORMAT", "K_MODES", "LEASE_INTERVALS", "OBS_FEATURES", "OBS_FEATURES_K", "STATE_KEYS",
            "STATE_KEYS_K", "Actor", "ActorError", "Observer", "action_dims", "annotate_actor", "control_params",
            "coupling_k", "features_for", "lc_imbalance", "load_actor", "next_base_prob", "prob_scale", "reward",
            "reward_k", "save_actor"]
@@ -122,7 +125,10 @@ ACTION_KINDS: dict[str, str] = {
     "step": "log2 step of base_prob",
     "residual": "log2 factor on the PI controller's base_prob",
     "residual-k": "log2 factor on the PI controller's base_prob and log2 coupling factor k",
+    "k": "log2 coupling factor k (the PI controller sets base_prob)",
 }
+K_MODES = frozenset(("residual-k", "k"))
+"""The mappings that set k: their observation is OBS_FEATURES_K, their reward :func:`reward_k`."""
 """The action mappings (module docstring, step 3): the name a trainer takes -> the actor file's action.kind."""
 P_MIN, P_MAX = 1e-3, 1.0
 """p' stays within these (P_MIN: p_C = 1e-6, i.e. no Classic drops; a multiplicative step needs p' > 0)."""
@@ -301,7 +307,7 @@ def reward_k(raw: Mapping[str, float], n_l4s: int, n_classic: int, target_ms: fl
 
 def features_for(mode: str) -> tuple[str, ...]:
     """The observation of action mapping *mode*."""
-    return OBS_FEATURES_K if mode == "residual-k" else OBS_FEATURES
+    return OBS_FEATURES_K if mode in K_MODES else OBS_FEATURES
 
 
 def action_dims(mode: str) -> int:
@@ -333,10 +339,12 @@ def coupling_k(action: float) -> float:
 
 def control_params(mode: str, p_prime: float, action: float | Sequence[float]) -> dict[str, float]:
     """What a ``set`` sends for *action* under mapping *mode*, from p' now (without the lease).  ``residual-k``
-    takes its two outputs (factor, k)."""
+    takes its two outputs (factor, k); ``k`` sends k alone (p' stays the PI controller's)."""
     if mode == "residual-k":
         a_p, a_k = action  # type: ignore[misc]
         return {"prob_scale": prob_scale(a_p), "k": coupling_k(a_k)}
+    if mode == "k":
+        return {"k": coupling_k(action)}  # type: ignore[arg-type]
     if mode == "residual":
         return {"prob_scale": prob_scale(action)}  # type: ignore[arg-type]
     return {"base_prob": next_base_prob(p_prime, action)}  # type: ignore[arg-type]
@@ -383,6 +391,7 @@ def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Seque
         {"kind": ACTION_KINDS["residual"], "scale": RESIDUAL_SCALE} if mode == "residual"
         else {"kind": ACTION_KINDS["residual-k"], "scale": RESIDUAL_SCALE, "k_scale": K_SCALE, "k_min": K_MIN,
               "k_max": K_MAX} if mode == "residual-k"
+        else {"kind": ACTION_KINDS["k"], "k_scale": K_SCALE, "k_min": K_MIN, "k_max": K_MAX} if mode == "k"
         else {"kind": ACTION_KINDS["step"], "scale": ACTION_SCALE, "p_min": P_MIN, "p_max": P_MAX})
     doc: dict[str, Any] = {
         "format": ACTOR_FORMAT, "version": ACTOR_VERSION,
@@ -417,6 +426,8 @@ def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
     elif act.get("kind") == ACTION_KINDS["residual-k"]:
         mode, ok = "residual-k", ((act.get("scale"), act.get("k_scale"), act.get("k_min"), act.get("k_max"))
                                   == (RESIDUAL_SCALE, K_SCALE, K_MIN, K_MAX))
+    elif act.get("kind") == ACTION_KINDS["k"]:
+        mode, ok = "k", (act.get("k_scale"), act.get("k_min"), act.get("k_max")) == (K_SCALE, K_MIN, K_MAX)
     else:
         mode, ok = "step", (act.get("scale"), act.get("p_min"), act.get("p_max")) == (ACTION_SCALE, P_MIN, P_MAX)
     features = features_for(mode)

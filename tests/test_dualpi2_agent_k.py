@@ -64,6 +64,15 @@ def k_actor(path: Path, a_p: float, a_k: float, interval_s: float = 0.02) -> Pat
     return path
 
 
+def k_only_actor(path: Path, a_k: float, interval_s: float = 0.02) -> Path:
+    """A ``k`` actor (one output: k alone) whose output is a_k whatever the state."""
+    n = len(OBS_FEATURES_K)
+    kernels = [np.zeros((n, 4), np.float32), np.zeros((4, 1), np.float32)]
+    biases = [np.zeros(4, np.float32), np.arctanh(np.clip(np.array([a_k]), -0.999999, 0.999999)).astype(np.float32)]
+    save_actor(path, kernels=kernels, biases=biases, interval_s=interval_s, mode="k")
+    return path
+
+
 # ---------------------------------------------------------------- unit ---
 
 
@@ -76,6 +85,9 @@ def test_k_mapping_is_log2_around_rfc_9332s_2() -> None:
     assert control_params("residual-k", 0.2, (-1.0, 1.0)) == {"prob_scale": pytest.approx(2 ** -RESIDUAL_SCALE),
                                                               "k": 4.0}
     assert (features_for("residual-k"), action_dims("residual-k")) == (OBS_FEATURES_K, 2)
+    # k alone: the same observation, one output, and nothing but k sent (p' stays the PI controller's)
+    assert (features_for("k"), action_dims("k")) == (OBS_FEATURES_K, 1)
+    assert control_params("k", 0.2, 0.0) == {"k": 2.0} and control_params("k", 0.2, -1.0) == {"k": 1.0}
     for old in ("step", "residual"):
         assert (features_for(old), action_dims(old)) == (OBS_FEATURES, 1)
     assert OBS_FEATURES_K[:len(OBS_FEATURES)] == OBS_FEATURES and (*STATE_KEYS, "k") == STATE_KEYS_K
@@ -104,6 +116,18 @@ def test_residual_k_actor_file_round_trip(tmp_path: Path) -> None:
     write_signed(tmp_path / "feat.json", doc)
     with pytest.raises(ActorError, match="its features are not"):
         load_actor(tmp_path / "feat.json")
+
+
+def test_k_only_actor_file_round_trip(tmp_path: Path) -> None:
+    a = load_actor(k_only_actor(tmp_path / "k.json", 0.5))
+    assert a.mode == "k" and a.act(np.zeros(len(OBS_FEATURES_K))) == pytest.approx(0.5, abs=1e-5)
+    doc = json.loads((tmp_path / "k.json").read_text())
+    assert doc["action"]["kind"] != json.loads((k_actor(tmp_path / "rk.json", 0, 0)).read_text())["action"]["kind"]
+    assert "scale" not in doc["action"] and (doc["action"]["k_min"], doc["action"]["k_max"]) == (1.0, 4.0)
+    doc["action"]["k_scale"] = 2.0
+    write_signed(tmp_path / "scale.json", doc)
+    with pytest.raises(ActorError, match="trained for another action mapping"):
+        load_actor(tmp_path / "scale.json")
 
 
 @pytest.mark.parametrize(("name", "mode"), sorted(OLD_ACTORS.items()))
@@ -242,6 +266,25 @@ def test_loop_that_fails_gives_k_back_at_once(tmp_path: Path) -> None:
                                                                   "id": fake.requests[-1]["id"]}
     loop.stop()
     assert fake.k == 2.0
+
+
+def test_k_only_loop_sends_k_alone_and_gives_it_back_at_stop(tmp_path: Path) -> None:
+    from ccswitch.testbed.runs.dualpi2_agent import AgentLoop
+
+    fake = _FakeDualPi2(tmp_path / "ctl.sock")
+    loop = AgentLoop(tmp_path / "ctl.sock", load_actor(k_only_actor(tmp_path / "k.json", -1.0)), rate_mbit=50,
+                     interval_s=0.005, k_restore=2.0, log_csv=tmp_path / "agent.csv").start()
+    _run_until(loop, lambda: loop.steps >= 5)
+    assert fake.k == pytest.approx(1.0, rel=1e-5)
+    loop.stop()
+    assert loop.error is None
+    sets = [r for r in fake.requests if r["op"] == "set"]
+    # k and its lease only: no factor, no p' (the PI controller keeps p')
+    assert all(set(r) == {"op", "dir", "id", "k", "hold_ms"} for r in sets[:-1]), sets[:2]
+    assert (sets[-1]["base_prob"], sets[-1]["k"]) == ("auto", 2.0) and fake.k == 2.0
+    rows = (tmp_path / "agent.csv").read_text().splitlines()
+    assert rows[0].split(",")[-3:] == ["action_k", "k_set", "reward"]
+    assert len(rows[1].split(",")) == len(rows[0].split(","))
 
 
 def test_plain_residual_loop_still_sends_no_k(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ it against a live linkemu through its control socket
 (:mod:`.linkemu_control`).  The testbed runner starts one for every dualpi2
 queue whose scenario table names an ``agent``.
 
-A ``residual-k`` actor also sets the coupling factor k every interval.  linkemu's lease (``hold_ms``)
+A ``residual-k`` actor also sets the coupling factor k every interval, a ``k`` actor only k (p' stays
+the PI controller's).  linkemu's lease (``hold_ms``)
 covers k as well as the factor: a loop that hangs leaves the configuration's k once the lease runs out.
 As a second line the loop gives k back to the scenario's value (``k_restore``) itself: at ``stop()``,
 and at once when the loop fails (a refused set, linkemu unreachable: it reconnects for that one set).
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 from ccswitch.models.dualpi2_actor import (
+    K_MODES,
     LEASE_INTERVALS,
     STATE_KEYS,
     STATE_KEYS_K,
@@ -61,7 +63,7 @@ class AgentLoop(RouterAgentLoop):
         super().__init__(socket_path, direction=direction, interval_s=interval_s or actor.interval_s,
                          log_csv=log_csv)
         self.actor = actor
-        self.sets_k = actor.mode == "residual-k"
+        self.sets_k = actor.mode in K_MODES
         self.k_restore = k_restore
         self.observer = Observer(rate_mbit, actor.target_ms, extended=self.sets_k)
 
@@ -90,9 +92,11 @@ class AgentLoop(RouterAgentLoop):
         if self.log_csv is not None:
             out = self.log_csv.open("w", newline="")
             writer = csv.writer(out)
-            if self.sets_k:
+            if self.actor.mode == "residual-k":
                 writer.writerow(["t_s", *features_for("residual-k"), "action", "action_k", "prob_scale_set",
                                  "k_set", "reward"])
+            elif self.actor.mode == "k":
+                writer.writerow(["t_s", *features_for("k"), "action_k", "k_set", "reward"])
             else:
                 sent = "prob_scale_set" if self.actor.mode == "residual" else "base_prob_set"
                 writer.writerow(["t_s", *features_for(self.actor.mode), "action", sent, "reward"])
@@ -101,7 +105,7 @@ class AgentLoop(RouterAgentLoop):
         direction, interval_s, stopped, wait = self.direction, self.interval_s, self._stop.is_set, self._stop.wait
         state, post_set = self._ctl.state, self._ctl.post_set
         update, mode = self.observer.update, self.actor.mode
-        act = self.actor.act_all if self.sets_k else self.actor.act
+        act = self.actor.act_all if mode == "residual-k" else self.actor.act
         thread_time, monotonic = time.thread_time, time.monotonic
         fields: tuple[str, ...] | None = STATE_KEYS_K if self.sets_k else STATE_KEYS  # only what the observation
         # reads: a short answer
