@@ -15,7 +15,8 @@ reports    one run folder at a time: ``report_read`` (flows, goodput, per-queue 
 papers     experiments with their own run and report: ``table2`` (paper 000's Table 2: ``table2_config``
            the set-up, ``table2`` the runs, ``table2_runs`` a finished run's numbers ->
            ``table2_verdicts`` -> ``table2_report`` and ``table2_plots``), ``a3c_closed_loop``
-           (paper 000's A3C agent against DualPI2's PI controller, run and report)
+           (paper 000's A3C agent against DualPI2's PI controller, run and report), ``k_probe`` (the
+           k-tuning agent's reward for constant actions on the training env's conditions)
 
 Imports point one way, from the templates to the commands: make_scenarios, report_model <- report_read
 <- report_phases <- report, p004_cells, a3c_closed_loop; report_tables and report_plot need only
