@@ -85,6 +85,10 @@ def test_plan_checks_arms_and_folder(tmp_path: Path) -> None:
     for bad in ("daemon-deviate-0-bbr", "daemon-deviate-1-reno", "daemon-deviate-x-bbr"):
         with pytest.raises(ValueError, match="unknown arm"):
             plan(d, [bad], 1)
+    # the space the scenarios were drawn from may sit in the folder (testbed/scenarios does): not a scenario
+    (d / "space.toml").write_text((REPO / "testbed" / "scenarios" / "space.toml").read_text())
+    assert [t.scenario for t in plan(d, ["static"], 1, scenarios=["tiny-1"])] == ["tiny-1"]
+    assert len(plan(d, ["static"], 1)) == 2
     with pytest.raises(MatrixError, match="no such folder"):
         plan(tmp_path / "nope", ["static"], 1)
     with pytest.raises(MatrixError, match=r"no \*\.toml"):

@@ -45,6 +45,7 @@ from typing import Any
 from ..scenario.arms import arm_applies, arm_scenario, check_arms, guard_setting
 from ..scenario.daemon_config import check_settings, effective_guard
 from ..scenario.model import DaemonSettings
+from ..scenario.space import is_space_file
 
 DEFAULT_TIMEOUT_S = 240.0
 """Per-run bound: a 30-40 s scenario takes 45-75 s with set-up and teardown on 2 cores."""
@@ -99,7 +100,7 @@ def scenario_files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         raise MatrixError(f"{folder}: no such folder (give a folder of scenario files, e.g. "
                           "testbed/scenarios/matrix/dev)")
-    files = sorted(folder.glob("*.toml"))
+    files = sorted(f for f in folder.glob("*.toml") if not is_space_file(f))  # the space drawn from may sit beside
     if not files:
         raise MatrixError(f"{folder}: no *.toml scenario file here (make some with "
                           "`ccswitch testbed matrix generate SPACE.toml --split dev --out DIR`)")

@@ -265,6 +265,17 @@ def parse_space(text: str, where: str = "space", *, base_dir: Path | None = None
                  web_flows=web_flows, web_duration_s=web_dur, source=source)
 
 
+def is_space_file(path: str | Path) -> bool:
+    """Whether *path* is a space file rather than a scenario: it has the ``[splits]`` table that only a
+    space has (a folder of scenarios may hold the space they were drawn from, as testbed/scenarios does).
+    A file that is not valid TOML is no space (its scenario parse reports it)."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    return isinstance(data.get("splits"), dict)
+
+
 def load_space(path: str | Path) -> Space:
     """Read and validate a space file; raises :class:`ScenarioError` (one line)."""
     p = Path(path)
