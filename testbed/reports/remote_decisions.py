@@ -70,8 +70,9 @@ def read_run(run: Path) -> RunControl:
         rc.server_cpu_share = st["serving_cpu_s"] / st["serving_wall_s"]
     emu = run / "emulator" / "summary.json"
     if emu.exists():
-        l4s = json.loads(emu.read_text()).get("uplink", {}).get("classes", {}).get("l4s", {})
-        if l4s.get("sojourn_us", {}).get("count"):
+        # a queue without classes (pfifo) writes "classes": null
+        l4s = ((json.loads(emu.read_text()).get("uplink") or {}).get("classes") or {}).get("l4s") or {}
+        if (l4s.get("sojourn_us") or {}).get("count"):
             rc.l_queue_p90_us = l4s["sojourn_us"]["p90"]
     return rc
 
