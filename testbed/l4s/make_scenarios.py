@@ -21,8 +21,9 @@ one repetition):
 
 The L4S flows run ccswitch's BPF Prague (``prague``; DSCP 40 -> L queue, see
 bpf/prague.h), the classic flows cubic, bbr or pcc; one client namespace per
-class (and RTT), several flows per client.  ``*-daemon`` variants run ccswitchd
-(the shipped DQN policy) on the classic client only.
+class (and RTT), several flows per client.  ``*-daemon`` variants of the ``dyn``
+templates run ccswitchd (the shipped DQN policy) on the classic client only, for each
+queue (``l4s-dyn-cubic-vs-prague-daemon``, ``l4s-dyn-cubic-vs-prague-vdq-daemon``).
 
     .venv/bin/python testbed/l4s/make_scenarios.py        # rewrites the files
 
@@ -231,10 +232,10 @@ def all_scenarios(queues: tuple[str, ...] = QUEUES) -> dict[str, str]:
                     f"# client 2: prague (L4S, L queue).  docs/l4s.md \"## Experiments\".")
             out[name + sfx] = scenario(name + sfx, f"{cca} vs prague through {label}, L4S-Classic flows {counts}",
                                        head, groups, queue=queue)
-            if queue == "dualpi2":
-                out[name + "-daemon"] = scenario(
-                    name + "-daemon", f"{cca} (ccswitchd) vs prague through DualPI2, L4S-Classic flows {counts}",
-                    head + "\n# With ccswitchd on the classic client.", groups, daemon_clients=(1,))
+            # With ccswitchd on the classic client: host switching combined with each router queue (issue 13).
+            out[name + sfx + "-daemon"] = scenario(
+                name + sfx + "-daemon", f"{cca} (ccswitchd) vs prague through {label}, L4S-Classic flows {counts}",
+                head + "\n# With ccswitchd on the classic client.", groups, daemon_clients=(1,), queue=queue)
             groups = [Group(1, "C5_", cca, RTTMIX_PHASES), Group(2, "L5_", L4S_CCA, RTTMIX_PHASES),
                       Group(3, "C40_", cca, RTTMIX_PHASES), Group(4, "L40_", L4S_CCA, RTTMIX_PHASES)]
             name = f"l4s-rttmix-{cca}-vs-prague"
