@@ -39,7 +39,14 @@ def test_queue_option_writes_vdq_twins_and_leaves_dualpi2_files_alone() -> None:
             tw = tomllib.loads(vdq[name])
             assert tw["flows"] == dp["flows"] and tw["link"]["downlink"] == dp["link"]["downlink"]
             assert (SCENARIOS / f"{name}.toml").read_text() == vdq[name]  # committed as generated
-    assert not any("daemon" in n or "-k4" in n or "a3c" in n for n in vdq)  # DualPI2-only variants
+    assert not any("-k4" in n or "a3c" in n for n in vdq)  # DualPI2-only variants
+    # ccswitchd on the classic client behind VDQ-CSAQM: the dyn twin plus the daemon table, nothing else
+    for cca in gen.CLASSIC_CCAS:
+        name = f"l4s-dyn-{cca}-vs-prague-vdq"
+        dm, plain = tomllib.loads(vdq[name + "-daemon"]), tomllib.loads(vdq[name])
+        assert dm["daemon"] == {"policy": "dqn", "clients": [1]} and plain["daemon"] is False
+        assert dm["flows"] == plain["flows"] and dm["link"] == plain["link"]
+        assert (SCENARIOS / f"{name}-daemon.toml").read_text() == vdq[name + "-daemon"]  # committed as generated
     for name, text in gen.all_scenarios(("dualpi2",)).items():  # the option changed no DualPI2 file
         assert "vdq" not in name and _uplink(text)["kind"] == "dualpi2"
         assert (SCENARIOS / f"{name}.toml").read_text() == text, name
