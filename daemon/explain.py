@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ccswitch.envs.features import CONTEXT_FEATURES, MAX_OTHERS, assemble, base_features
+from ccswitch.envs.competition import MAX_OTHERS
+from ccswitch.envs.features import CONTEXT_FEATURES, assemble, base_features
 from ccswitch.models.policy import Policy
 
 STATE_KEYS: dict[str, tuple[object, str]] = {
