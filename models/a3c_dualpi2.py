@@ -56,7 +56,14 @@ from typing import Any
 import numpy as np
 
 from ccswitch.envs.dualpi2_env import Condition, ConditionSpace, DualPi2Env
-from ccswitch.models.dualpi2_actor import ACTION_KINDS, action_dims, features_for, load_actor, save_actor
+from ccswitch.models.dualpi2_actor import (
+    ACTION_KINDS,
+    action_dims,
+    features_for,
+    k_output,
+    load_actor,
+    save_actor,
+)
 
 __all__ = ["Hyperparameters", "compare", "train"]
 
@@ -185,7 +192,7 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
         return ga, gc
 
     rng = np.random.default_rng(hp.seed * 1000 + index)
-    k_dim = {"residual-k": 1, "k": 0}.get(hp.mode)  # the output that sets k (held k_hold_steps intervals)
+    k_dim = k_output(hp.mode)  # the output that sets k (held k_hold_steps intervals)
     sync()
     with DualPi2Env(interval_s=hp.interval_s, steps=hp.steps, workdir=workdir, warmup_s=hp.warmup_s,
                     mode=hp.mode, w_lc=hp.w_lc) as env:
@@ -499,12 +506,12 @@ def main(argv: list[str] | None = None) -> int:
         print("a3c_dualpi2: needs root (network namespaces, BPF Prague); rerun with sudo", file=sys.stderr)
         return 2
     if a.cmd == "train":
-        hp = Hyperparameters(episodes=a.episodes, workers=a.workers, seed=a.seed, warmup_s=a.warmup_s,
-                             gamma=a.gamma, mode=a.mode, w_lc=a.w_lc, k_hold_steps=a.k_hold_steps,
-                             mean_init_scale=a.mean_init_scale)
         if a.k_hold_steps < 1 or a.mean_init_scale <= 0:
             print("a3c_dualpi2: --k-hold-steps must be >= 1 and --mean-init-scale > 0", file=sys.stderr)
             return 2
+        hp = Hyperparameters(episodes=a.episodes, workers=a.workers, seed=a.seed, warmup_s=a.warmup_s,
+                             gamma=a.gamma, mode=a.mode, w_lc=a.w_lc, k_hold_steps=a.k_hold_steps,
+                             mean_init_scale=a.mean_init_scale)
         print(f"a3c: wrote {train(hp, a.out)}")
     elif a.cmd == "pi-baseline":
         rows = pi_baseline(a.run_dir)

@@ -76,10 +76,32 @@ import numpy as np
 
 from .policy import PolicyError, decode_array, encode_layers, plain_json, read_signed, write_signed
 
-__all__ = ["ACTION_KINDS", "ACTOR_FORMAT", "K_MODES", "LEASE_INTERVALS", "OBS_FEATURES", "OBS_FEATURES_K", "STATE_KEYS",
-           "STATE_KEYS_K", "Actor", "ActorError", "Observer", "action_dims", "annotate_actor", "control_params",
-           "coupling_k", "features_for", "lc_imbalance", "load_actor", "next_base_prob", "prob_scale", "reward",
-           "reward_k", "save_actor"]
+__all__ = [
+    "ACTION_KINDS",
+    "ACTOR_FORMAT",
+    "K_MODES",
+    "LEASE_INTERVALS",
+    "OBS_FEATURES",
+    "OBS_FEATURES_K",
+    "STATE_KEYS",
+    "STATE_KEYS_K",
+    "Actor",
+    "ActorError",
+    "Observer",
+    "action_dims",
+    "annotate_actor",
+    "control_params",
+    "coupling_k",
+    "features_for",
+    "k_output",
+    "lc_imbalance",
+    "load_actor",
+    "next_base_prob",
+    "prob_scale",
+    "reward",
+    "reward_k",
+    "save_actor",
+]
 
 ACTOR_FORMAT = "ccswitch-dualpi2-actor"
 ACTOR_VERSION = 1
@@ -127,9 +149,9 @@ ACTION_KINDS: dict[str, str] = {
     "residual-k": "log2 factor on the PI controller's base_prob and log2 coupling factor k",
     "k": "log2 coupling factor k (the PI controller sets base_prob)",
 }
+"""The action mappings (module docstring, step 3): the name a trainer takes -> the actor file's action.kind."""
 K_MODES = frozenset(("residual-k", "k"))
 """The mappings that set k: their observation is OBS_FEATURES_K, their reward :func:`reward_k`."""
-"""The action mappings (module docstring, step 3): the name a trainer takes -> the actor file's action.kind."""
 P_MIN, P_MAX = 1e-3, 1.0
 """p' stays within these (P_MIN: p_C = 1e-6, i.e. no Classic drops; a multiplicative step needs p' > 0)."""
 LEASE_INTERVALS = 3
@@ -313,6 +335,11 @@ def features_for(mode: str) -> tuple[str, ...]:
 def action_dims(mode: str) -> int:
     """The actor's outputs under *mode*: (factor, k) for ``residual-k``, else one."""
     return 2 if mode == "residual-k" else 1
+
+
+def k_output(mode: str) -> int | None:
+    """Which of the actor's outputs sets k under *mode* (None: the mapping leaves k alone)."""
+    return {"residual-k": 1, "k": 0}.get(mode)
 
 
 def next_base_prob(p_prime: float, action: float) -> float:

@@ -99,6 +99,7 @@ def arm_table(arms: dict[str, list[RunControl]]) -> str:
         p99 = [b for r in runs for _, b in r.answers_ms]
         rows, local = sum(r.rows for r in runs), sum(r.local_rows for r in runs)
         lq = [r.l_queue_p90_us for r in runs if r.l_queue_p90_us is not None]
+        cpu = [r.server_cpu_share for r in runs if r.server_cpu_share is not None]
         share, jain = statistics.mean(r.min_share for r in runs), statistics.mean(r.jain for r in runs)
         util = 100 * statistics.mean(r.utilisation for r in runs)
         lines.append(
@@ -106,8 +107,7 @@ def arm_table(arms: dict[str, list[RunControl]]) -> str:
             + (f"{_median(p50):.1f} ({min(p50):.1f}-{max(p50):.1f}) | {_median(p99):.1f} | {local} of {rows} | "
                if p50 else "local | | | ")
             + (f"{max(lq) / 1000:.2f} ms (max of runs) |" if lq else "no L4S packets |")
-            + (f" {100 * statistics.mean(cpu):.2f} ({100 * max(cpu):.2f}) |" if (cpu := [
-                r.server_cpu_share for r in runs if r.server_cpu_share is not None]) else " |"))
+            + (f" {100 * statistics.mean(cpu):.2f} ({100 * max(cpu):.2f}) |" if cpu else " |"))
     return "\n".join(lines)
 
 

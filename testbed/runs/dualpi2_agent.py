@@ -9,10 +9,10 @@ it against a live linkemu through its control socket
 queue whose scenario table names an ``agent``.
 
 A ``residual-k`` actor also sets the coupling factor k every interval, a ``k`` actor only k (p' stays
-the PI controller's).  linkemu's lease (``hold_ms``)
-covers k as well as the factor: a loop that hangs leaves the configuration's k once the lease runs out.
-As a second line the loop gives k back to the scenario's value (``k_restore``) itself: at ``stop()``,
-and at once when the loop fails (a refused set, linkemu unreachable: it reconnects for that one set).
+the PI controller's). linkemu's lease (``hold_ms``) covers k as well as the factor: a loop that hangs
+leaves the configuration's k once the lease runs out. As a second line the loop gives k back to the
+scenario's value (``k_restore``) itself: at ``stop()``, and at once when the loop fails (a refused set,
+linkemu unreachable: it reconnects for that one set).
 """
 
 from __future__ import annotations
