@@ -220,7 +220,7 @@ class ControlServer:
             return {"v": VERSION, "ok": False, "error": f"bad request: {e}"}
         if p.reader and op not in READ_OPS:
             log.warning("control request refused", extra={"fields": {"uid": p.uid, "op": op}})
-            return {"v": VERSION, "ok": False, "error": f"permission denied: '{op}' changes the daemon's state and "
+            return {"v": VERSION, "ok": False, "error": f"permission denied: {op!r} changes the daemon's state and "
                     "is root-only (daemon.read_group allows status, flows, history, policy); rerun with sudo"}
         try:
             return {"v": VERSION, "ok": True, "result": clean(self.handler(op, args))}
@@ -229,7 +229,8 @@ class ControlServer:
             return {"v": VERSION, "ok": False, "error": msg}
         except Exception as e:  # a bug in a handler must not kill the daemon
             log.exception("control request failed", extra={"fields": {"op": op}})
-            return {"v": VERSION, "ok": False, "error": f"internal error in {op}: {type(e).__name__}: {e}"}
+            msg = f"internal error in {op!r}: {type(e).__name__}: {e}".replace("\n", " ")
+            return {"v": VERSION, "ok": False, "error": msg}
 
     def _finish(self, p: _Pending, resp: dict[str, Any]) -> None:
         self._sel.unregister(p.conn)
