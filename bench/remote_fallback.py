@@ -8,10 +8,13 @@ loaded bottleneck; the sender loop (`python -m ccswitch.remote.sender`, step
 --kernel-deadline) in the sender's; one iperf3 flow on `remote` for
 --seconds; the server SIGKILLed at --kill-at.  Two modes, alternated per rep:
 
-* `--local none`: the sender writes nothing once the server is gone and the
-  kernel falls back to Reno by itself when the last decision is older than
-  its deadline.  Takeover = the kernel's mode switch to "fallback" on the
-  data socket (ccs_remote_obs, polled every 5 ms after the kill).
+* `--local none`: once the server is gone the sender has no decision for
+  its step and *releases* the socket (a decision with cwnd RELEASE), so the
+  kernel falls back to Reno at the next ACK; the kernel's deadline is only
+  the backstop for a sender loop that stopped (before 27 Nov the sender
+  wrote nothing and the deadline was the takeover: 0.24-0.29 s).  Takeover =
+  the kernel's mode switch to "fallback" on the data socket (ccs_remote_obs,
+  polled every 5 ms after the kill).
 * `--local AGENT` (--local-agent, default delay-aimd): the sender decides
   locally after its client deadline.  Takeover = the first step of the
   sender's log (--log) after the kill with remote false and a decision.
@@ -23,7 +26,8 @@ takeover, the longest gap between two sender steps within 1 s of the kill,
 the kernel's fallbacks after the kill, the flow's goodput after the kill
 (iperf3, per second: mean and min; "kept sending" = every second > 0.2 of
 the link); then p50/max of the takeover per mode in seconds and in decision
-intervals (0.1 s steps), the steps left undecided between the kill and the
+intervals (0.1 s steps), the steps left undecided (neither decided nor
+released) between the kill and the
 takeover, and a verdict against "within one decision interval".  Ctrl-C or
 SIGTERM: the namespaces, processes and the `remote` registration are cleaned up.
 
@@ -119,8 +123,9 @@ def run_once(local: str, args: argparse.Namespace, h: RemoteHandle, key: Path, t
     first_nr = next((s for s in after if not s["remote"]), None)
     first_dec = next((s for s in after if not s["remote"] and s["decided"]), None)
     if local == "none":
-        takeover = kernel_fb
-        missed = None  # nobody decides in the sender: the kernel's deadline is the takeover
+        takeover = kernel_fb  # the sender's release (or, failing that, the kernel's deadline)
+        missed = sum(1 for s in after if not s["remote"] and not s["decided"] and not s.get("released")
+                     and (takeover is None or s["t"] - kill_wall < takeover))
     else:
         takeover = first_dec["t"] - kill_wall if first_dec is not None else None
         missed = sum(1 for s in after if not s["remote"] and not s["decided"]
@@ -257,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         rs = [r for r in results[mode] if r["valid"]]
         got = [r["takeover"] for r in rs if r["takeover"] is not None]
         p50, mx = (statistics.median(got), max(got)) if got else (None, None)
-        missed = "-" if mode == "none" or not rs else str(max(r["missed"] for r in rs))
+        missed = "-" if not rs else str(max(r["missed"] for r in rs))
         gap = max((r["gap"] for r in rs if r["gap"] is not None), default=None)
         if not rs:
             verdict = "no valid run"

@@ -41,7 +41,11 @@
  * first decision the socket is plain Reno from the initial window (slow
  * start), which also gives the agent its first observations.  A decision
  * that is fresh but older than the last congestion event (REMOTE_WAIT)
- * also gets Reno, without counting as a fallback.
+ * also gets Reno, without counting as a fallback.  The agent can also
+ * release a socket (a decision with cwnd REMOTE_RELEASE): when its server
+ * fails a step and it has no local agent it says so at once, and the socket
+ * falls back on its next ACK instead of waiting out the deadline, which
+ * then only catches an agent that stopped writing altogether.
  *
  * Pacing.  A decision may cap the pacing rate (max_pacing_Bps, bytes/s, up
  * to 4 GB/s: bpf_setsockopt takes it as an int): it is set with
@@ -188,8 +192,12 @@ static __always_inline bool remote_decision_applies(struct sock *sk, struct remo
 	if (!d)
 		return false;
 	__builtin_memcpy(out, d, sizeof(*out));
-	if (!out->seq || !out->cwnd)
+	if (!out->seq)
 		return false;
+	if (out->cwnd == REMOTE_RELEASE) {	/* the agent gave up on this step: fall back now */
+		*stale = true;
+		return false;
+	}
 	/* a stamp from the future is garbage: treat it as stale */
 	if (out->stamp_ns > now || now - out->stamp_ns > cfg->deadline_ns) {
 		*stale = true;

@@ -42,11 +42,20 @@ enum remote_mode {
 	REMOTE_WAIT     = 3,	/* decision older than the last congestion event, or withdrawn: Reno until a newer one */
 };
 
+/*
+ * A decision with cwnd REMOTE_RELEASE (and seq > 0) is a release: the agent
+ * had no decision for this step (server late or gone, no local agent), so
+ * the socket falls back now (REMOTE_FALLBACK, counted) instead of at the
+ * deadline.  The deadline stays as the backstop for an agent that stopped
+ * writing altogether.
+ */
+#define REMOTE_RELEASE			0U
+
 struct remote_decision {
 	__u64 seq;		/* per socket, increasing; 0 never applies */
 	__u64 stamp_ns;		/* when the observation this answers was read (CLOCK_MONOTONIC) */
 	__u64 max_pacing_Bps;	/* SO_MAX_PACING_RATE, bytes/s; 0 (or >= 2^32 - 1) = no cap */
-	__u32 cwnd;		/* packets, clamped to [cwnd_min, min(cwnd_max, snd_cwnd_clamp)] */
+	__u32 cwnd;		/* packets, clamped to [cwnd_min, min(cwnd_max, snd_cwnd_clamp)]; REMOTE_RELEASE = fall back now */
 	__u32 ssthresh;		/* packets to use at the next loss/ECN reduction; 0 = Reno's cwnd/2 */
 };
 

@@ -2,8 +2,9 @@
 
 `ensure_remote()` makes `remote` available and returns a `RemoteHandle` with
 the three maps of the contract in remote.h: the agent reads each socket's
-state (`observations()`), writes its decisions (`write()`) and may
-set the deadline and cwnd bounds (`configure()`).
+state (`observations()`), writes its decisions (`write()`), releases
+sockets it has no decision for (`release()`: they fall back at once instead
+of at the deadline) and may set the deadline and cwnd bounds (`configure()`).
 
 Registration follows pcc.py and prague.py: a struct_ops *link* owned by this
 process, so the algorithm is unregistered when the handle closes or the
@@ -52,6 +53,7 @@ CFG = struct.Struct("<QII")
 MODES = ("start", "applied", "fallback", "wait")  # enum remote_mode
 DEFAULT_DEADLINE_S = 0.3
 CWND_MIN, CWND_MAX = 2, 65535
+RELEASE = 0  # REMOTE_RELEASE: a decision with this cwnd makes the socket fall back at its next ACK
 
 
 @dataclass
@@ -84,6 +86,11 @@ class RemoteHandle:
             raise ValueError(f"{len(keys)} cookies for {len(decisions)} decisions")
         dec = np.ascontiguousarray(decisions, dtype=DECISION)
         self.dec.update_batch(keys.tobytes(), dec.tobytes(), len(keys))
+
+    def release(self, cookies: Iterable[int], seqs: Iterable[int], stamp_ns: int) -> None:
+        """Tell the kernel there is no decision this step: the sockets fall back (counted) at their next ACK."""
+        keys = list(cookies)
+        self.write(keys, decision_records([RELEASE] * len(keys), seqs, [stamp_ns] * len(keys)))
 
     def withdraw(self, cookies: Iterable[int]) -> None:
         """Delete decisions (their sockets go to Reno: REMOTE_WAIT)."""

@@ -13,8 +13,12 @@ Every `step_s` (0.1 s, RL-TCP's step):
    sockets); on any failure the local agent decides, or nobody (local=None);
 4. the decisions are written to ccs_remote_dec with this step's seq and the
    time the state was read as stamp, so the kernel's deadline counts from
-   the observation.  With no decision the kernel falls back by itself once
-   the last one is older than its deadline.
+   the observation.  With no decision (server failed, no local agent) the
+   sockets are *released* (a decision with cwnd RELEASE): the kernel falls
+   back to Reno at their next ACK, in the step that found the failure, not
+   2-3 steps later when the last decision passes the kernel's deadline.
+   That deadline stays as the backstop for a loop that stopped altogether
+   (killed, or stalled on a loaded host).
 
 `python -m ccswitch.remote.sender --server HOST:PORT --key FILE` runs it
 (in the sender's network namespace); `--log FILE.jsonl` writes one line per
@@ -95,11 +99,13 @@ class CwndController:
             dec, remote = (local(obs) if local else None), False
         if dec is None:
             self.idle_steps += 1
+            self.release(obs["cookie"], stamp)
         else:
             self.apply(dec, stamp)
             self.remote_steps += remote
             self.local_steps += not remote
         return {"t": time.time(), "flows": len(obs), "remote": remote, "decided": dec is not None,
+                "released": dec is None,
                 "rtt_ms": round(self.client.last_rtt_s * 1000, 3) if self.client and self.client.last_rtt_s else None,
                 "obs": [{"cookie": int(o["cookie"]), "cwnd": int(o["cwnd"]), "mode": rbpf.MODES[int(m)],
                          "fallbacks": int(f), "acked": int(o["acked"]), "lost": int(o["lost"])}
@@ -114,14 +120,22 @@ class CwndController:
             for c in gone:
                 del self.seqs[c]
 
-    def apply(self, dec: np.ndarray, stamp: int) -> None:
+    def next_seqs(self, cookies: np.ndarray) -> list[int]:
+        """This step's decision seq per socket (per socket increasing; the kernel ignores seq 0)."""
         seqs = []
-        for c in dec["cookie"]:
+        for c in cookies:
             s = self.seqs.get(int(c), 0) + 1
             self.seqs[int(c)] = s
             seqs.append(s)
+        return seqs
+
+    def apply(self, dec: np.ndarray, stamp: int) -> None:
         self.handle.write(dec["cookie"].tolist(), rbpf.decision_records(
-            dec["cwnd"], seqs, [stamp] * len(dec), dec["ssthresh"], dec["max_pacing_Bps"]))
+            dec["cwnd"], self.next_seqs(dec["cookie"]), [stamp] * len(dec), dec["ssthresh"], dec["max_pacing_Bps"]))
+
+    def release(self, cookies: np.ndarray, stamp: int) -> None:
+        """No decision this step: the kernel falls back now rather than at its deadline."""
+        self.handle.release(cookies.tolist(), self.next_seqs(cookies), stamp)
 
     def run(self, stop: list[bool], out: IO[str] | None = None) -> None:
         nxt = time.monotonic()
@@ -143,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--kernel-deadline", type=float, default=rbpf.DEFAULT_DEADLINE_S,
                     help="decision age after which the kernel falls back to Reno")
     ap.add_argument("--local", default="none", help="local agent on server failure: delay-aimd, rl-tcp or none "
-                    "(none: the kernel's fallback)")
+                    "(none: the sockets are released to the kernel's Reno fallback in the same step)")
     ap.add_argument("--l4s", action="store_true", help="send the control traffic as L4S (DSCP 40 + ECT(1))")
     ap.add_argument("--log", type=argparse.FileType("a"), help="one JSON line per step")
     args = ap.parse_args(argv)
