@@ -145,6 +145,30 @@ def print_table(columns: Sequence[Column], rows: Sequence[dict[str, Any]], *, ti
     out.flush()
 
 
+def wrap_fields(label: str, items: Sequence[str], width: int | None, sep: str = ", ", indent: int = 2) -> str:
+    """`label: a, b, c` wrapped at *width* between items (never inside one), continuation lines indented.
+
+    width None (piped output) keeps one line per label, for grep.  An item longer than the width gets a line
+    of its own rather than being cut.
+    """
+    if width is None or not items:
+        return f"{label}: " + sep.join(items)
+    pieces = [item + sep.rstrip() for item in items[:-1]] + [items[-1]]
+    lines = [f"{label}:"]
+    for piece in pieces:
+        if len(lines[-1]) + 1 + len(piece) <= width:
+            lines[-1] += " " + piece
+        else:
+            lines.append(" " * indent + piece)
+    return "\n".join(lines)
+
+
+def terminal_width(out: TextIO | None = None) -> int | None:
+    """The terminal's columns when *out* (stdout) is one, else None (piped: do not wrap)."""
+    out = out or sys.stdout
+    return shutil.get_terminal_size((80, 24)).columns if out.isatty() else None
+
+
 def num(value: float | None, nd: int = 2) -> str:
     """A number for a cell: fixed decimals, '-' for missing or NaN."""
     if value is None or value != value:

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from ccswitch.daemon.protocol import NoDaemon, ProtocolError, request, socket_path
-from ccswitch.tables import Column, parse_columns, print_table, select
+from ccswitch.tables import Column, parse_columns, print_table, select, terminal_width, wrap_fields
 
 
 def sock_of(ctx: click.Context) -> str:
@@ -145,9 +145,10 @@ def policy_show(ctx: click.Context, path: str | None, as_json: bool) -> None:
         click.echo(json.dumps(desc))
         return
     click.echo(f"policy: {desc['kind']} (from the {desc['source']})")
+    width = terminal_width()
     for k in ("file", "checksum", "cca", "decides_with", "memory_s", "weights"):
         if k in desc:
-            click.echo(f"{k}: {desc[k]}")
+            click.echo(wrap_fields(k, [str(desc[k])], width))
     click.echo(f"actions: {' '.join(desc['actions'])}")
     if "features" not in desc:
         return
@@ -158,23 +159,28 @@ def policy_show(ctx: click.Context, path: str | None, as_json: bool) -> None:
         click.echo(f"  {name:<24} mean {m:9.3f}  std {s:8.3f}")
     click.echo("  + " + " ".join(f for f in desc["features"] if not f.startswith("w")))
     tr = desc.get("training") or {}
+
+    def fields(label: str, items: list[str]) -> None:
+        click.echo(wrap_fields(label, items, width))
+
+    def values(d: dict[str, Any]) -> list[str]:
+        return [f"{k}={_num(v, '{:.3f}') if isinstance(v, float) else v}" for k, v in d.items()]
+
     for k in ("created", "corpus", "corpus_fingerprint", "corpus_space", "corpus_captures", "episodes",
               "env_steps", "wall_time_s"):
         if k in tr:
-            click.echo(f"{k}: {tr[k]}")
-    if "hyperparameters" in tr:
-        click.echo("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in tr["hyperparameters"].items()))
+            fields(k, [str(tr[k])])
+    if "hyperparameters" in tr:  # the reward has its own line
+        fields("hyperparameters", [f"{k}={v}" for k, v in tr["hyperparameters"].items() if k != "reward"])
     if "reward" in tr:
-        click.echo("reward: " + ", ".join(f"{k}={v}" for k, v in tr["reward"].items()))
+        fields("reward", [f"{k}={v}" for k, v in tr["reward"].items()])
     if "heldout_eval" in tr:
-        click.echo("held-out evaluation: " + ", ".join(f"{k}={_num(v, '{:.3f}') if isinstance(v, float) else v}"
-                                                         for k, v in tr["heldout_eval"].items()))
+        fields("held-out evaluation", values(tr["heldout_eval"]))
     if "versions" in tr:
-        click.echo("versions: " + ", ".join(f"{k} {v}" for k, v in tr["versions"].items()))
+        fields("versions", [f"{k} {v}" for k, v in tr["versions"].items()])
     for split, ev in sorted((desc.get("evaluation") or {}).items()):
         if isinstance(ev, dict):  # end to end, per split of the scenario space (models/evaluate_matrix.py)
-            click.echo(f"end to end, {split} split: " + ", ".join(
-                f"{k}={_num(v, '{:.3f}') if isinstance(v, float) else v}" for k, v in ev.items()))
+            fields(f"end to end, {split} split", values(ev))
 
 
 @policy.command("explain")

@@ -15,10 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ccswitch.cli import FLOW_COLUMNS
 from ccswitch.daemon.commands import HISTORY_COLUMNS, daemon_flow_columns
-from ccswitch.tables import Column, fit, render, select
+from ccswitch.tables import Column, fit, render, select, wrap_fields
 from ccswitch.testbed.runs.iperf import start_flow, start_server
 
 from helpers import TmuxPane
@@ -83,6 +85,32 @@ def test_fit_adds_a_rank_column_by_column_when_the_whole_rank_does_not_fit() -> 
     assert fit(cols, [10, 10, 10, 1], 22) == [0, 1]  # b fits, then c does not; rank 2 not tried
     assert fit(cols, [10, 10, 10, 1], 100) == [0, 1, 2, 3]
     assert fit(cols, [10, 10, 10, 1], 5) == [0]  # rank 0 stays even when too wide
+
+
+ITEM = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=40).map(
+    lambda t: t.replace(",", ";"))
+
+
+@given(st.lists(ITEM, min_size=1, max_size=25), st.integers(20, 120))
+def test_wrapped_fields_fit_the_width_and_keep_every_item_whole(items: list[str], width: int) -> None:
+    out = wrap_fields("label", items, width)
+    lines = out.split("\n")
+    for line in lines:  # too long only when one item alone does not fit
+        assert len(line) <= width or (line.startswith("  ") and line.strip().rstrip(",") in items), (line, width)
+    assert lines[0].startswith("label:") and all(line.startswith("  ") for line in lines[1:])
+    assert [t.strip() for t in " ".join(lines)[len("label:"):].split(", ")] == items  # order kept, none cut
+    assert wrap_fields("label", items, None) == "label: " + ", ".join(items)  # piped: one line
+
+
+def test_policy_show_in_tmux_at_80_columns_wraps_between_fields() -> None:
+    with TmuxPane([*CLI, "policy", "show", "--file", str(REPO / "models" / "policy.json")], width=80,
+                  height=120, cwd=REPO) as pane:
+        text = pane.wait_for("end to end, test split", timeout_s=60, settle_s=1.0)
+    lines = text.rstrip("\n").split("\n")
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    assert any(line.startswith("hyperparameters: ") for line in lines)
+    assert any(line.startswith("  ") and "n_step=3" in line for line in lines)  # continuation, not mid-word
+    assert not any(re.match(r"^[a-z0-9_]+=?[0-9.]*,", line) for line in lines), text  # no line starts mid-item
 
 
 def test_history_at_40_columns_keeps_time_flow_from_to() -> None:
