@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 
@@ -20,7 +21,7 @@ from ccswitch.bpf.switcher import INHERIT_MODES, SwitchError
 from ccswitch.daemon.protocol import ENV_SOCKET, ProtocolError
 from ccswitch.host import HostError
 from ccswitch.sampler import check_interval
-from ccswitch.tables import Column, num, parse_columns, print_table, select
+from ccswitch.tables import Column, num, parse_columns, print_table, select, terminal_width
 
 USER_ERRORS = (HostError, BpfError, SwitchError, ProtocolError, ValueError, OSError)
 
@@ -230,12 +231,15 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([c.__dict__ for c in checks]))
     else:
+        width = terminal_width()
         for c in checks:
             mark = "ok  " if c.ok else ("FAIL" if c.required else "warn")
             line = f"[{mark}] {c.name}: {c.detail}"
             if not c.ok and c.fix:
                 line += f"  -> fix: {c.fix}"
-            click.echo(line)
+            # a terminal gets whole words per line, continuation under the name; piped, one line per check
+            click.echo(textwrap.fill(line, width, subsequent_indent=" " * 7, break_long_words=False,
+                                     break_on_hyphens=False) if width else line)
     if bad:
         sys.exit(1)
 
