@@ -215,11 +215,15 @@ def policy_explain(ctx: click.Context, flow: int | None, state_text: str | None,
     if as_json:
         click.echo(json.dumps(out))
         return
-    click.echo(f"flow {flow}" if flow is not None else f"state {out.get('state')}")
+    width = terminal_width()
+    if flow is not None:
+        click.echo(f"flow {flow}")
+    else:
+        click.echo(wrap_fields("state", [f"{k}={v}" for k, v in (out.get("state") or {}).items()], width))
     click.echo(f"current: {out['cca']}")
     click.echo("Q-values: " + "  ".join(f"{a} {_num(v, '{:.3f}')}" for a, v in out["q"].items()))
     g = out["guard"]
-    click.echo(f"guard: {g['action']} -> {g['to']} ({g['reason']})")
+    click.echo(wrap_fields("guard", f"{g['action']} -> {g['to']} ({g['reason']})".split(" "), width, sep=" "))
     if out.get("features"):
         click.echo("features (normalised):")
         for k, v in out["features"].items():
