@@ -340,7 +340,8 @@ def testbed_merge(out: str, parts: tuple[str, ...]) -> None:
     """Join the run folders of several client hosts (external mode) into OUT and report it."""
     from pathlib import Path
 
-    from ccswitch.testbed.reports.run import merge_runs, report_run
+    from ccswitch.testbed.reports.run import report_run
+    from ccswitch.testbed.reports.run_folder import merge_runs
 
     try:
         merged = merge_runs(Path(out), [Path(p) for p in parts])

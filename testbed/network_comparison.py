@@ -106,7 +106,8 @@ def _sojourn_ms(summary: dict[str, Any]) -> tuple[float, float]:
 
 def collect(results: Path) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
     """queue -> arm -> scenario -> metrics of its run."""
-    from .reports.run import TARGET_JAIN, TARGET_MIN_SHARE, TARGET_UTILISATION, last_half, load_run
+    from .reports.run_folder import load_run
+    from .reports.run_metrics import TARGET_JAIN, TARGET_MIN_SHARE, TARGET_UTILISATION, last_half
 
     out: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
     for run_dir in sorted(results.glob("*/*/*/run-01-seed-1")):

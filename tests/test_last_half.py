@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ccswitch.testbed.reports.run import RunData, Series, last_half, trace_capacity_mbit
+from ccswitch.testbed.reports.run_folder import RunData, Series
+from ccswitch.testbed.reports.run_metrics import last_half, trace_capacity_mbit
 
 
 def _run(tmp_path: Path, flows: list[dict], goodput: dict[str, list[float]], *, dur: float = 10.0,
@@ -104,7 +105,7 @@ def test_run_plot_marks_daemon_switches_and_flow_lifetimes(tmp_path: Path) -> No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ccswitch.testbed.reports import run as runrep
+    from ccswitch.testbed.reports import run_plots as runrep
 
     run = _run(tmp_path, [_flow("C1"), _flow("C2", 3.0, 5.0)],
                {"C1": [40.0] * 10, "C2": [NAN] * 3 + [20.0] * 5 + [NAN] * 2})

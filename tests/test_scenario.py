@@ -489,7 +489,7 @@ def test_experiments_guard_option_is_checked_by_the_daemon_validator(capsys: pyt
 def test_rebin_daemon_ticks_onto_the_grid() -> None:
     """200 ms FlowSample rows -> one row per 1 s interval: rates time-weighted, counts summed, last state."""
     from ccswitch.schema import FLOW_SAMPLE_SCHEMA
-    from ccswitch.testbed.reports.run import rebin_samples
+    from ccswitch.testbed.reports.run_folder import rebin_samples
 
     t0 = 1000.0
     proto = {f.name: (0 if str(f.type).startswith("uint") else "x" if str(f.type) == "string" else 0.0)
@@ -514,7 +514,8 @@ def test_rebin_daemon_ticks_onto_the_grid() -> None:
 def test_last_half_targets(tmp_path: Path) -> None:
     """Share of fair share, Jain and the targets over the last half, from a synthetic run folder."""
     from ccswitch.schema import FLOW_SAMPLE_SCHEMA
-    from ccswitch.testbed.reports.run import last_half, load_run
+    from ccswitch.testbed.reports.run_folder import load_run
+    from ccswitch.testbed.reports.run_metrics import last_half
 
     t0 = 5000.0
     proto = {f.name: (0 if str(f.type).startswith("uint") else "cubic" if str(f.type) == "string" else 0.0)

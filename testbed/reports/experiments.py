@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..scenario.arms import ARMS
-from .run import TARGET_JAIN, TARGET_MIN_SHARE, TARGET_UTILISATION, RunData, load_run
+from .run_folder import RunData, load_run
+from .run_metrics import TARGET_JAIN, TARGET_MIN_SHARE, TARGET_UTILISATION, last_half
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DOC = REPO / "docs" / "results-daemon.md"
@@ -35,8 +36,6 @@ def _runs(results: Path) -> dict[str, dict[str, RunData]]:
 def _metrics(run: RunData) -> dict[str, Any]:
     m = run.summary.get("metrics", {}).get("last_half")
     if m is None:  # reported before last_half existed: compute it now
-        from .run import last_half
-
         m = last_half(run)
     return m
 

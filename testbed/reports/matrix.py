@@ -3,7 +3,7 @@
     ccswitch testbed matrix report RESULTS [--doc FILE]
 
 Reads ``RESULTS/<scenario>/<arm>/seed-<s>/summary.json`` (the last-half
-metrics of :func:`ccswitch.testbed.reports.run.last_half`, the same as every
+metrics of :func:`ccswitch.testbed.reports.run_metrics.last_half`, the same as every
 run's ``table.md``) and the scenario folder's ``index.csv`` (category tags),
 and writes:
 
@@ -32,7 +32,7 @@ from typing import Any
 
 from ..scenario.arms import ARMS
 from ..scenario.generate import read_index
-from .run import TARGET_JAIN, TARGET_MIN_SHARE, TARGET_UTILISATION
+from .run_metrics import TARGET_JAIN, TARGET_MIN_SHARE, TARGET_UTILISATION
 
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 """Two-sided 95 % Student t quantiles by degrees of freedom (1.96 beyond)."""

@@ -21,7 +21,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ccswitch.testbed.reports.run import TARGET_JAIN, TARGET_MIN_SHARE, TARGET_UTILISATION
+from ccswitch.testbed.reports.run_metrics import TARGET_JAIN, TARGET_MIN_SHARE, TARGET_UTILISATION
 
 _KV = re.compile(r"(\w+)=(\S+)")
 
