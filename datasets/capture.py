@@ -86,7 +86,7 @@ class Condition:
     loss: float = 0.0
     """Random (Bernoulli) loss probability per packet (runner backend with linkemu)."""
     wifi: str = ""
-    """WiFi preset of corpus.WIFI_PRESETS ("" = wired) (runner backend with linkemu)."""
+    """WiFi preset of corpus_spec.WIFI_PRESETS ("" = wired) (runner backend with linkemu)."""
 
     @property
     def id(self) -> str:

@@ -126,7 +126,8 @@ def corpus_cmd(spec: str, out: str, backend: str | None, only: str | None, keep_
     import re
 
     from .capture import CaptureError
-    from .corpus import build_corpus, load_spec
+    from .corpus import build_corpus
+    from .corpus_spec import load_spec
 
     if runs_per_node is not None and ray_address is None:
         fail("--runs-per-node needs --ray")

@@ -1,4 +1,4 @@
-"""``ccswitch dataset corpus --ray``: corpus runs as Ray tasks (datasets/corpus.py, testbed/runs/raypool.py).
+"""``ccswitch dataset corpus --ray``: corpus runs as Ray tasks (datasets/corpus_ray.py, testbed/runs/raypool.py).
 
 * A real local Ray instance (``ray.init(num_cpus=2)``), a 2-run corpus of 4 s bottleneck
   captures: both runs come back into OUT at the paths a local capture writes, every
@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from ccswitch.datasets.corpus import _done, build_corpus, parse_spec
+from ccswitch.datasets.corpus import build_corpus
+from ccswitch.datasets.corpus_runs import is_captured
+from ccswitch.datasets.corpus_spec import parse_spec
 from ccswitch.datasets.trace import CORPUS_INDEX, MANIFEST, SAMPLES, find_captures, write_capture
 from ccswitch.schema import FLOW_SAMPLE_SCHEMA
 
@@ -67,7 +69,7 @@ def test_corpus_on_a_local_ray_instance(tmp_path: Path, require, iperf3: str) ->
     assert [c.path.relative_to(out).as_posix() for c in caps] == sorted(r.rel_dir for r in spec.runs)
     for c in caps:
         c.validate()
-        assert _done(c.path)
+        assert is_captured(c.path)
         assert _files(c.path) == {MANIFEST, SAMPLES, "iperf/agent.json"}
         assert c.manifest["source"] == "bottleneck" and c.agent_flow() is not None
         assert c.manifest["id"] == c.path.relative_to(out).as_posix().replace("/", "--")

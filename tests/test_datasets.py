@@ -15,7 +15,8 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
-from ccswitch.datasets.corpus import SpecError, parse_spec, scenario_text
+from ccswitch.datasets.corpus_runs import scenario_text
+from ccswitch.datasets.corpus_spec import SpecError, parse_spec
 from ccswitch.datasets.importers import import_iperf3, import_tshark, tshark_samples
 from ccswitch.datasets.synthetic import make_corpus
 from ccswitch.datasets.trace import (
