@@ -24,6 +24,8 @@ Spaces::
                                                      flow, from the condition's flow counts, is charged)
     mode "k"                                         the same observation and reward; Box(-1, 1, (1,)):
                                                      k = 2**(1 + a) alone, p' the PI controller's
+    obs="flows" (k modes)                            Box(-1, 2, (17,)): the 15 and the active flows per class
+                                                     (linkemu's l4s_flows, classic_flows: log2(1 + n) / 4)
 
 Episode (``reset``): a fresh condition drawn from :class:`ConditionSpace` with the
 env's RNG: link rate log-uniform 10..100 Mbit/s, base RTT 4..40 ms, 1-4
@@ -127,14 +129,15 @@ class DualPi2Env(gym.Env):
 
     def __init__(self, *, interval_s: float = 0.05, steps: int = 100, space: ConditionSpace | None = None,
                  controller: str = "agent", workdir: str | Path | None = None, target_ms: float = 15.0,
-                 warmup_s: float = 0.0, mode: str = "step", w_lc: float = 0.5) -> None:
+                 warmup_s: float = 0.0, mode: str = "step", w_lc: float = 0.5, obs: str = "base") -> None:
         if controller not in ("agent", "pi"):
             raise ValueError(f"controller must be 'agent' or 'pi', got {controller!r}")
         if mode not in ACTION_KINDS:
             raise ValueError(f"mode must be one of {', '.join(ACTION_KINDS)}, got {mode!r}")
         self.mode = mode
         self.w_lc = w_lc  # residual-k: the weight of the L:C term in reward_k
-        self.observation_space = gym.spaces.Box(-1.0, 2.0, (len(features_for(mode)),), np.float32)
+        self.obs = obs  # the k modes' observation option (dualpi2_actor.OBS_KINDS): flows adds the flow counts
+        self.observation_space = gym.spaces.Box(-1.0, 2.0, (len(features_for(mode, obs)),), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (action_dims(mode),), np.float32)
         self.interval_s = interval_s
         self.steps = steps
@@ -220,7 +223,8 @@ class DualPi2Env(gym.Env):
         self._start_episode(cond)
         if self.warmup_s > 0:  # the flows leave slow start under DualPI2's own PI controller
             time.sleep(self.warmup_s)
-        self._observer = Observer(cond.rate_mbit, self.target_ms, extended=self.mode in K_MODES)
+        self._observer = Observer(cond.rate_mbit, self.target_ms, extended=self.mode in K_MODES,
+                                  flows=self.obs == "flows")
         self._t = 0
         self._next = time.monotonic()
         obs, raw = self._observe()  # counters start here

@@ -20,7 +20,10 @@ network, shared, under a lock) and copies the global weights back.  Workers
 never wait for each other.  Networks as paper 000 (Algorithms 1-2): actor
 12 -> 32 -> 32 -> (mean, std), critic 12 -> 32 -> 32 -> 16 -> 1, ReLU.  ``--mode residual-k`` (the
 agent also sets DualPI2's coupling factor k): 15 inputs, two (mean, std) pairs (factor, k; independent
-Gaussians, log pi summed), reward :func:`ccswitch.models.dualpi2_actor.reward_k`.
+Gaussians, log pi summed), reward :func:`ccswitch.models.dualpi2_actor.reward_k`.  ``--obs flows`` (the modes
+that set k): actor and critic also see the active flows per class (linkemu's ``l4s_flows``, ``classic_flows``;
+17 inputs), which the per-flow L:C balance and the right k depend on; the actor file records it
+(``observation``), and curve.csv gets each episode's per-flow L:C (``lc_ratio``, k modes).
 
 Budget as the paper: 100 episodes of 100 steps in all (``episodes`` counts
 across workers).  An episode is one condition drawn by the env (link rate,
@@ -58,6 +61,8 @@ import numpy as np
 from ccswitch.envs.dualpi2_env import Condition, ConditionSpace, DualPi2Env
 from ccswitch.models.dualpi2_actor import (
     ACTION_KINDS,
+    K_MODES,
+    OBS_KINDS,
     action_dims,
     features_for,
     k_output,
@@ -80,6 +85,8 @@ class Hyperparameters:
     k_hold_steps: int = 1        # residual-k and k: k is drawn every this many intervals and held between
     #                              (1: every interval).  k moves the L:C balance over ~1 s of rate
     #                              adaptation; a new draw every 50 ms is noise no single step's return shows
+    obs: str = "base"            # residual-k and k: the observation option (dualpi2_actor.OBS_KINDS); "flows" adds
+    #                              the active flows per class (linkemu's l4s_flows, classic_flows) to actor and critic
     mean_init_scale: float = 1.0  # the mean head's initial weights: Glorot uniform x this (1.0: Keras's default);
     #                              small = the untrained actor is plain DualPI2 (a = 0) for every state
     workers: int = 2             # one per core here; each runs its own emulated link in real time
@@ -109,7 +116,7 @@ def build_networks(hp: Hyperparameters) -> tuple[Any, Any]:
     ``residual-k``: factor and k, independent Gaussians), critic s -> V(s)."""
     import keras
 
-    n_obs, n_act = len(features_for(hp.mode)), action_dims(hp.mode)
+    n_obs, n_act = len(features_for(hp.mode, hp.obs)), action_dims(hp.mode)
     s = keras.Input((n_obs,))
     x = s
     for n in hp.actor_hidden:
@@ -195,13 +202,14 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
     k_dim = k_output(hp.mode)  # the output that sets k (held k_hold_steps intervals)
     sync()
     with DualPi2Env(interval_s=hp.interval_s, steps=hp.steps, workdir=workdir, warmup_s=hp.warmup_s,
-                    mode=hp.mode, w_lc=hp.w_lc) as env:
+                    mode=hp.mode, w_lc=hp.w_lc, obs=hp.obs) as env:
         while (episode := shared.claim_episode()) is not None:
             obs, info = env.reset(seed=hp.seed * 100_000 + episode)
             cond: Condition = info["condition"]
             buf: list[tuple[np.ndarray, np.ndarray, float, np.ndarray]] = []
             total, metrics = 0.0, {"classic_delay_ms": 0.0, "utilisation": 0.0, "classic_drop_frac": 0.0}
             mean_sum = np.zeros(action_dims(hp.mode))
+            pkts = [0.0, 0.0]  # k modes: L4S and Classic packets through the queue over the episode
             held: np.ndarray | None = None
             for t in range(hp.steps):
                 mean, std = actor(obs[None, :], training=False)
@@ -218,6 +226,8 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
                 total += r
                 for k in metrics:
                     metrics[k] += info[k] / hp.steps
+                pkts[0] += info.get("l4s_pkts", 0.0)
+                pkts[1] += info.get("classic_pkts", 0.0)
                 obs = nxt
                 if len(buf) == hp.t_max or trunc or t == hp.steps - 1:
                     # A time limit, not a terminal state: bootstrap from V(s') at every cut.
@@ -242,6 +252,10 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
                    **{k: round(v, 4) for k, v in metrics.items()},
                    # the actor's mean action over the episode (tanh output per dimension): drift shows here
                    **{f"mean_a{i}": round(float(m) / hp.steps, 4) for i, m in enumerate(mean_sum)},
+                   # k modes: the episode's per-flow L:C packet rate (empty when a class has no flow)
+                   **({"lc_ratio": round((pkts[0] / cond.n_l4s) / (pkts[1] / cond.n_classic), 4)
+                       if cond.n_l4s and cond.n_classic and pkts[0] > 0 and pkts[1] > 0 else ""}
+                      if k_dim is not None else {}),
                    "t_s": round(time.monotonic() - shared.t0, 1)}
             with shared.lock:
                 shared.curve.append(row)
@@ -303,7 +317,8 @@ def train(hp: Hyperparameters, out: Path, *, progress: bool = True) -> Path:
                      "python": platform.python_version()},
     }
     path = out / "actor.json"
-    save_actor(path, kernels=kernels, biases=biases, interval_s=hp.interval_s, mode=hp.mode, training=record)
+    save_actor(path, kernels=kernels, biases=biases, interval_s=hp.interval_s, mode=hp.mode, training=record,
+               obs=hp.obs)
     (out / "record.json").write_text(json.dumps(record, indent=2) + "\n")
     plot_curve(curve, out / "curve.png", baseline=None)
     return path
@@ -339,7 +354,8 @@ def compare(actor_path: Path, episodes: int, out: Path, *, seed: int = 7, steps:
     conds = [space.draw(rng) for _ in range(episodes)]
     rows: list[dict[str, Any]] = []
     out.mkdir(parents=True, exist_ok=True)
-    with DualPi2Env(interval_s=actor.interval_s, steps=steps, workdir=out / "env", mode=actor.mode) as env:
+    with DualPi2Env(interval_s=actor.interval_s, steps=steps, workdir=out / "env", mode=actor.mode,
+                    obs=actor.obs) as env:
         act = actor.act_all if actor.mode == "residual-k" else actor.act
         for i, cond in enumerate(conds, 1):
             for ctrl in ("pi", "agent"):
@@ -371,7 +387,7 @@ def pi_baseline(run_dir: Path, *, workers: int = 2, progress: bool = True) -> li
     than the controller does).  Writes pi_baseline.csv and redraws curve.png.
     """
     record = json.loads((run_dir / "record.json").read_text())
-    hp = Hyperparameters(**{"warmup_s": 0.0, "w_lc": 0.5, **{k: tuple(v) if isinstance(v, list) else v
+    hp = Hyperparameters(**{"warmup_s": 0.0, "w_lc": 0.5, "obs": "base", **{k: tuple(v) if isinstance(v, list) else v
                                                for k, v in record["hyperparameters"].items()}})
     curve = _read_csv(run_dir / "curve.csv")
     todo = [int(r["episode"]) for r in curve]
@@ -382,7 +398,8 @@ def pi_baseline(run_dir: Path, *, workers: int = 2, progress: bool = True) -> li
     def run(i: int) -> None:
         # The run's mode: its observation and reward (residual-k: the L:C term too); the action is ignored.
         with DualPi2Env(interval_s=hp.interval_s, steps=hp.steps, controller="pi",
-                        workdir=run_dir / f"pi-{i}", warmup_s=hp.warmup_s, mode=hp.mode, w_lc=hp.w_lc) as env:
+                        workdir=run_dir / f"pi-{i}", warmup_s=hp.warmup_s, mode=hp.mode, w_lc=hp.w_lc,
+                        obs=hp.obs) as env:
             while True:
                 with lock:
                     if not todo:
@@ -494,6 +511,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="residual-k and k: draw k every this many intervals, hold it between")
     t.add_argument("--mean-init-scale", type=float, default=Hyperparameters.mean_init_scale,
                    help="scale of the mean head's initial weights (small: the untrained actor is plain DualPI2)")
+    t.add_argument("--obs", choices=OBS_KINDS, default=Hyperparameters.obs,
+                   help="residual-k and k: the observation; flows adds the active flows per class (L, C)")
     b = sub.add_parser("pi-baseline", help="the PI controller on a training run's episode conditions (root)")
     b.add_argument("run_dir", type=Path)
     c = sub.add_parser("compare", help="actor vs PI controller on drawn conditions (root)")
@@ -509,9 +528,13 @@ def main(argv: list[str] | None = None) -> int:
         if a.k_hold_steps < 1 or a.mean_init_scale <= 0:
             print("a3c_dualpi2: --k-hold-steps must be >= 1 and --mean-init-scale > 0", file=sys.stderr)
             return 2
+        if a.obs != "base" and a.mode not in K_MODES:
+            print(f"a3c_dualpi2: --obs {a.obs} needs a mode that sets k ({', '.join(sorted(K_MODES))})",
+                  file=sys.stderr)
+            return 2
         hp = Hyperparameters(episodes=a.episodes, workers=a.workers, seed=a.seed, warmup_s=a.warmup_s,
                              gamma=a.gamma, mode=a.mode, w_lc=a.w_lc, k_hold_steps=a.k_hold_steps,
-                             mean_init_scale=a.mean_init_scale)
+                             mean_init_scale=a.mean_init_scale, obs=a.obs)
         print(f"a3c: wrote {train(hp, a.out)}")
     elif a.cmd == "pi-baseline":
         rows = pi_baseline(a.run_dir)

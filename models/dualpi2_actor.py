@@ -37,6 +37,12 @@ linkemu's control socket (:mod:`ccswitch.testbed.runs.linkemu_control`):
      integrator stays in the loop, so the delay the queue settles at is still the target's;
      what the agent changes is how p' moves on the way (flows arriving, leaving, slow start).
 
+   The modes that set k take an observation option (the actor file's ``observation``, :data:`OBS_KINDS`):
+   ``base`` (the above; files without the key) or ``flows``, OBS_FEATURES_KF: OBS_FEATURES_K and the active
+   flows per class (log2(1 + n_L) / 4, log2(1 + n_C) / 4, from linkemu's ``l4s_flows``, ``classic_flows``:
+   5-tuples with a packet in the last 200 ms).  Why: the per-flow L:C balance and the k that evens it depend on
+   how many flows of each class share the link, which class shares alone do not tell (docs/l4s.md).
+
    Each is sent with a lease of LEASE_INTERVALS intervals (``hold_ms``): if the agent dies
    or hangs, linkemu's PI controller takes p' back, and the configuration's k returns, within the lease.
 
@@ -83,8 +89,11 @@ __all__ = [
     "LEASE_INTERVALS",
     "OBS_FEATURES",
     "OBS_FEATURES_K",
+    "OBS_FEATURES_KF",
+    "OBS_KINDS",
     "STATE_KEYS",
     "STATE_KEYS_K",
+    "STATE_KEYS_KF",
     "Actor",
     "ActorError",
     "Observer",
@@ -101,6 +110,7 @@ __all__ = [
     "reward",
     "reward_k",
     "save_actor",
+    "state_keys_for",
 ]
 
 ACTOR_FORMAT = "ccswitch-dualpi2-actor"
@@ -129,6 +139,14 @@ OBS_FEATURES_K: tuple[str, ...] = (
 )
 """``residual-k``'s observation: the 12 numbers and what shows the L/C balance (linkemu's state has per-class
 packets in and drops, not per-class bytes out; the flows are MSS-sized bulk, so packets are bytes)."""
+OBS_FEATURES_KF: tuple[str, ...] = (
+    *OBS_FEATURES_K,
+    "l4s_flows",           # active L4S flows (linkemu's l4s_flows: a packet in the last 200 ms): log2(1 + n) / 4
+    "classic_flows",       # the same for the Classic class (1 -> 0.25, 3 -> 0.5, 15 -> 1)
+)
+"""The k modes' observation with ``observation = "flows"``: OBS_FEATURES_K and the active flows per class."""
+OBS_KINDS = ("base", "flows")
+"""The observation options of the modes that set k (the actor file's ``observation``; absent: ``base``)."""
 
 CLIP = (-1.0, 2.0)
 """Every feature is clipped to this range (a burst can exceed the scale; the network never sees more)."""
@@ -180,6 +198,8 @@ STATE_KEYS: tuple[str, ...] = _GAUGES + _COUNTERS
 agent asks linkemu for only these)."""
 STATE_KEYS_K: tuple[str, ...] = (*STATE_KEYS, "k")
 """What ``residual-k``'s observer reads (STATE_KEYS and the coupling factor now)."""
+STATE_KEYS_KF: tuple[str, ...] = (*STATE_KEYS_K, "l4s_flows", "classic_flows")
+"""What the observer reads with ``observation = "flows"`` (STATE_KEYS_K and the active flows per class)."""
 _F32 = np.dtype(np.float32)  # a dtype object: given np.float32, numpy looks the dtype up on every call
 _PLAIN_NUMBERS = frozenset((int, float, bool))
 _ZEROS = (0.0,) * len(_COUNTERS)
@@ -208,6 +228,7 @@ class Observer:
     rate_mbit: float
     target_ms: float = 15.0
     extended: bool = False  # residual-k: OBS_FEATURES_K (the 12 numbers, then k and the L4S share)
+    flows: bool = False  # with extended: OBS_FEATURES_KF (then the active flows per class)
     _prev: list[float] | None = field(default=None, repr=False)
     _share_avg: float | None = field(default=None, repr=False)  # the previous state's _COUNTERS (None: none)
     _prev_t: float | None = field(default=None, repr=False)
@@ -275,8 +296,13 @@ class Observer:
             self._share_avg = share if self._share_avg is None else (
                 (1 - SHARE_EMA) * self._share_avg + SHARE_EMA * share)
         raw.update(k=k, classic_pkts=c_pkts, l4s_pkts=l_pkts, l4s_share=share)
-        extra = np.array([math.log2(max(k, 1e-3)) / 2.0, share if share == share else 0.0,
-                          self._share_avg if self._share_avg is not None else 0.0], _F32)
+        extra = [math.log2(max(k, 1e-3)) / 2.0, share if share == share else 0.0,
+                 self._share_avg if self._share_avg is not None else 0.0]
+        if self.flows:
+            n_l, n_c = max(_num(d, "l4s_flows"), 0.0), max(_num(d, "classic_flows"), 0.0)
+            raw.update(l4s_flows=n_l, classic_flows=n_c)
+            extra += [math.log2(1.0 + n_l) / 4.0, math.log2(1.0 + n_c) / 4.0]
+        extra = np.array(extra, _F32)
         return np.clip(np.concatenate((obs, extra)), CLIP[0], CLIP[1]).astype(_F32)
 
 
@@ -327,9 +353,21 @@ def reward_k(raw: Mapping[str, float], n_l4s: int, n_classic: int, target_ms: fl
     return reward(raw, target_ms) - w_lc * lc_imbalance(raw, n_l4s, n_classic)
 
 
-def features_for(mode: str) -> tuple[str, ...]:
-    """The observation of action mapping *mode*."""
-    return OBS_FEATURES_K if mode in K_MODES else OBS_FEATURES
+def features_for(mode: str, obs: str = "base") -> tuple[str, ...]:
+    """The observation of action mapping *mode* with observation option *obs* (:data:`OBS_KINDS`; ``flows``
+    only for the modes that set k)."""
+    if obs not in OBS_KINDS or (obs != "base" and mode not in K_MODES):
+        raise ValueError(f"observation {obs!r} is not one of mode {mode!r}'s "
+                         f"({', '.join(OBS_KINDS) if mode in K_MODES else 'base'})")
+    if mode not in K_MODES:
+        return OBS_FEATURES
+    return OBS_FEATURES_KF if obs == "flows" else OBS_FEATURES_K
+
+
+def state_keys_for(mode: str, obs: str = "base") -> tuple[str, ...]:
+    """The control-socket state keys the observer of *mode* with option *obs* reads."""
+    features_for(mode, obs)  # checks the pair
+    return STATE_KEYS if mode not in K_MODES else STATE_KEYS_KF if obs == "flows" else STATE_KEYS_K
 
 
 def action_dims(mode: str) -> int:
@@ -389,6 +427,7 @@ class Actor:
     interval_s: float
     target_ms: float = 15.0
     mode: str = "step"  # the action mapping, a key of ACTION_KINDS
+    obs: str = "base"  # the observation option (OBS_KINDS; the file's ``observation``, absent: base)
     training: dict[str, Any] = field(default_factory=dict)
     evaluation: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
@@ -412,8 +451,10 @@ class Actor:
 
 def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequence[np.ndarray],
                interval_s: float, target_ms: float = 15.0, mode: str = "step",
-               training: Mapping[str, Any] | None = None, evaluation: Mapping[str, Any] | None = None) -> str:
-    """Write an actor file; returns its checksum."""
+               training: Mapping[str, Any] | None = None, evaluation: Mapping[str, Any] | None = None,
+               obs: str = "base") -> str:
+    """Write an actor file; returns its checksum.  *obs* other than ``base`` is recorded as ``observation``
+    (files without it are ``base``: those written before the option are byte-for-byte what they were)."""
     action: dict[str, Any] = (
         {"kind": ACTION_KINDS["residual"], "scale": RESIDUAL_SCALE} if mode == "residual"
         else {"kind": ACTION_KINDS["residual-k"], "scale": RESIDUAL_SCALE, "k_scale": K_SCALE, "k_min": K_MIN,
@@ -422,7 +463,8 @@ def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Seque
         else {"kind": ACTION_KINDS["step"], "scale": ACTION_SCALE, "p_min": P_MIN, "p_max": P_MAX})
     doc: dict[str, Any] = {
         "format": ACTOR_FORMAT, "version": ACTOR_VERSION,
-        "features": list(features_for(mode)), "interval_s": interval_s, "target_ms": target_ms,
+        "features": list(features_for(mode, obs)), "interval_s": interval_s, "target_ms": target_ms,
+        **({"observation": obs} if obs != "base" else {}),
         "action": action,
         "network": {"hidden_activation": "relu", "output_activation": "tanh",
                     "layers": encode_layers(kernels, biases)},
@@ -457,7 +499,11 @@ def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
         mode, ok = "k", (act.get("k_scale"), act.get("k_min"), act.get("k_max")) == (K_SCALE, K_MIN, K_MAX)
     else:
         mode, ok = "step", (act.get("scale"), act.get("p_min"), act.get("p_max")) == (ACTION_SCALE, P_MIN, P_MAX)
-    features = features_for(mode)
+    obs = doc.get("observation", "base")
+    if obs not in OBS_KINDS or (obs != "base" and mode not in K_MODES):
+        raise ActorError(f"{p}: observation {obs!r} is not one this ccswitch knows for its action mapping "
+                         f"(the modes that set k: {', '.join(OBS_KINDS)}; the others: base)")
+    features = features_for(mode, obs)
     if tuple(doc["features"]) != features:
         raise ActorError(f"{p}: its features are not this ccswitch's observation ({len(features)} "
                          f"features: {', '.join(features)}); train it again")
@@ -477,8 +523,8 @@ def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
     interval = float(doc["interval_s"])
     if not 0.001 <= interval <= 10.0:
         raise ActorError(f"{p}: interval_s {interval} is outside 0.001..10 s")
-    return Actor(kernels, biases, interval, float(doc.get("target_ms", 15.0)), mode, doc.get("training", {}),
-                 doc.get("evaluation", {}), p, str(doc["checksum"]))
+    return Actor(kernels, biases, interval, float(doc.get("target_ms", 15.0)), mode, obs,
+                 doc.get("training", {}), doc.get("evaluation", {}), p, str(doc["checksum"]))
 
 
 def annotate_actor(path: str | Path, evaluation: Mapping[str, Any]) -> str:

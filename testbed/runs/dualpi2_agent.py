@@ -26,13 +26,12 @@ from pathlib import Path
 from ccswitch.models.dualpi2_actor import (
     K_MODES,
     LEASE_INTERVALS,
-    STATE_KEYS,
-    STATE_KEYS_K,
     Actor,
     Observer,
     control_params,
     features_for,
     reward,
+    state_keys_for,
 )
 
 from .linkemu_control import LinkemuControl, LinkemuControlError
@@ -65,7 +64,7 @@ class AgentLoop(RouterAgentLoop):
         self.actor = actor
         self.sets_k = actor.mode in K_MODES
         self.k_restore = k_restore
-        self.observer = Observer(rate_mbit, actor.target_ms, extended=self.sets_k)
+        self.observer = Observer(rate_mbit, actor.target_ms, extended=self.sets_k, flows=actor.obs == "flows")
 
     def _release(self, ctl: LinkemuControl) -> None:
         """The PI controller takes p' back at once (not only when the lease runs out), and k is the
@@ -93,10 +92,10 @@ class AgentLoop(RouterAgentLoop):
             out = self.log_csv.open("w", newline="")
             writer = csv.writer(out)
             if self.actor.mode == "residual-k":
-                writer.writerow(["t_s", *features_for("residual-k"), "action", "action_k", "prob_scale_set",
-                                 "k_set", "reward"])
+                writer.writerow(["t_s", *features_for("residual-k", self.actor.obs), "action", "action_k",
+                                 "prob_scale_set", "k_set", "reward"])
             elif self.actor.mode == "k":
-                writer.writerow(["t_s", *features_for("k"), "action_k", "k_set", "reward"])
+                writer.writerow(["t_s", *features_for("k", self.actor.obs), "action_k", "k_set", "reward"])
             else:
                 sent = "prob_scale_set" if self.actor.mode == "residual" else "base_prob_set"
                 writer.writerow(["t_s", *features_for(self.actor.mode), "action", sent, "reward"])
@@ -107,7 +106,7 @@ class AgentLoop(RouterAgentLoop):
         update, mode = self.observer.update, self.actor.mode
         act = self.actor.act_all if mode == "residual-k" else self.actor.act
         thread_time, monotonic = time.thread_time, time.monotonic
-        fields: tuple[str, ...] | None = STATE_KEYS_K if self.sets_k else STATE_KEYS  # only what the observation
+        fields: tuple[str, ...] | None = state_keys_for(mode, self.actor.obs)  # only what the observation
         # reads: a short answer
         next_t = monotonic()
         try:

@@ -86,7 +86,9 @@
 //!
 //! **Control socket** (`dualpi2/control.rs`): an agent may fix p' (the PI
 //! controller then only watches) or hand it back, and change k, at run time.
+//! Its state also counts the active flows per class (`dualpi2/active_flows.rs`).
 
+mod active_flows;
 mod control;
 
 use rand::{Rng, SeedableRng};
@@ -280,6 +282,8 @@ pub struct DualPi2 {
     wrr: WrrCredit,
     rng: Pcg64Mcg,
     pub counters: Counters,
+    /// Flows per class with an arrival in the last 200 ms (the control state's `l4s_flows`, `classic_flows`).
+    active: active_flows::ActiveFlows,
 }
 
 const C: usize = 0;
@@ -308,6 +312,7 @@ impl DualPi2 {
             wrr: WrrCredit::new(c_weight_pct),
             rng: Pcg64Mcg::seed_from_u64(seed ^ 0xd0a1_9152_0000_0001),
             counters: Counters::default(),
+            active: active_flows::ActiveFlows::default(),
         }
     }
 
@@ -382,6 +387,7 @@ impl DualPi2 {
             self.p = self.p.min(self.p_ceiling());
             self.p_pi = self.p_pi.min(self.p_ceiling());
         }
+        self.active.sweep(now);
         let qd = self.head_delay(C, now).max(self.head_delay(L, now));
         let s = |ns: Nanos| ns as f64 / 1e9;
         let mut p =
@@ -493,6 +499,7 @@ impl Qdisc for DualPi2 {
     fn enqueue(&mut self, mut pkt: Packet, now: Nanos) -> Result<(), Box<Dropped>> {
         pkt.class = self.classify(&pkt);
         let i = if pkt.class == QClass::L4s { L } else { C };
+        self.active.on_arrival(pkt.flow_key(), i, now);
         if self.len() >= self.prm.limit_pkts {
             self.counters.limit_drops[i] += 1;
             return Err(Box::new(Dropped { pkt, cause: DropCause::Queue }));

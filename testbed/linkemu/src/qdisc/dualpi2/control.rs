@@ -8,7 +8,9 @@
 //! sojourn of its head packet now (`*_delay_ms`), whether ECN is off
 //! because of overload, and the counters of summary.json's `qdisc_stats`
 //! (marks and drops per cause, PI updates), `k_config` (the configuration's
-//! k) and `k_hold_left_ms` (what is left of a lease on k, -1 when none).
+//! k) and `k_hold_left_ms` (what is left of a lease on k, -1 when none),
+//! and per class the active flows (`classic_flows`, `l4s_flows`: 5-tuples
+//! with an arrival in the last `flow_window_ms` = 200 ms; `active_flows.rs`).
 //!
 //! **Set**: `base_prob` = a number fixes p' (0..1; 0..1/k without
 //! drop_on_overload, where the PI controller caps it there) and pauses the
@@ -44,7 +46,7 @@
 //! integrator stays in the loop, a residual agent shapes how p' moves, but the
 //! queue delay it settles at is still the PI target's.
 
-use super::{Classifier, DualPi2, Scheduler, C, L};
+use super::{active_flows, Classifier, DualPi2, Scheduler, C, L};
 use crate::qdisc::control::{BaseProb, QdiscState, Scalar, SetApplied, SetParams};
 use crate::qdisc::Qdisc;
 use crate::time::Nanos;
@@ -57,6 +59,7 @@ impl DualPi2 {
     pub(super) fn state_for_control(&self, now: Nanos) -> QdiscState {
         let c = &self.counters;
         let mut s = QdiscState::basic("dualpi2", self.len(), self.bytes());
+        let flows = self.active.counts(now);
         s.params = vec![
             ("base_prob", Scalar::F(self.p)),
             ("pi", Scalar::S(if self.manual { "manual" } else { "auto" })),
@@ -84,6 +87,9 @@ impl DualPi2 {
             ("l4s_bytes", Scalar::U(self.q[L].bytes() as u64)),
             ("classic_delay_ms", Scalar::F(ms(self.head_delay(C, now)))),
             ("l4s_delay_ms", Scalar::F(ms(self.head_delay(L, now)))),
+            ("classic_flows", Scalar::U(flows[C] as u64)),
+            ("l4s_flows", Scalar::U(flows[L] as u64)),
+            ("flow_window_ms", Scalar::F(ms(active_flows::ACTIVE_WINDOW))),
             ("limit_pkts", Scalar::U(self.prm.limit_pkts as u64)),
             ("classifier", Scalar::S(if matches!(self.prm.classifier, Classifier::Ecn) { "ecn" } else { "dscp" })),
             (
