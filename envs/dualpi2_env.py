@@ -167,7 +167,7 @@ class DualPi2Env(gym.Env):
         with _PRAGUE_LOCK:
             handle = ensure_prague()
         self._stack.callback(handle.close)
-        make_default(self._topo.server)        # listeners accept AccECN (testbed/runs/runner.py _prague_defaults)
+        make_default(self._topo.server)        # listeners accept AccECN (testbed/runs/run_setup.py _prague_defaults)
         make_default(self._topo.clients[1])    # client 2 sends L4S
 
     def _start_episode(self, cond: Condition) -> None:

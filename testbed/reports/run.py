@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-# Re-exported: this module's public names before the split (runs/runner.py imports rebin_samples from here).
+# Re-exported: this module's public names before the split (runs/run_monitors.py imports rebin_samples from here).
 from .run_folder import Phase, RunData, json_default, load_run, merge_runs, rebin_samples, run_dirs
 from .run_metrics import METRICS, fairness_rows, flow_phase_rows, last_half
 from .run_plots import plot_run

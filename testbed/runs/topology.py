@@ -36,13 +36,13 @@ from .netns import (
     LiveHandles,
     NetnsError,
     Resource,
-    _sigint_deferred,
     create_netns_group,
     delete_netns_all,
     entered,
     run_in,
     wait_oper_up,
 )
+from .netns_lifecycle import sigint_deferred
 
 __all__ = ["Topology", "disable_offloads", "kernel_emulator"]
 
@@ -199,7 +199,7 @@ class Topology(Resource):
         """
         if self._closed or os.getpid() != self._pid:  # never from a forked child
             return
-        with _sigint_deferred():  # a Ctrl-C meanwhile is delivered after the teardown
+        with sigint_deferred():  # a Ctrl-C meanwhile is delivered after the teardown
             errors = delete_netns_all(self._created)
             self._closed = True
             _live.discard(self)

@@ -39,7 +39,7 @@ from .model_qdisc import present_fields as _present
 
 DAEMON_AVAILABLE = True
 """The switching daemon (issue 5) runs in the client namespaces
-(:func:`ccswitch.testbed.runs.runner.daemon_session`)."""
+(:func:`ccswitch.testbed.runs.run_monitors.daemon_session`)."""
 DAEMON_POLICIES = ("dqn", "heuristic", "static", "observe")
 DAEMON_TICK_S = 0.2
 """Default control tick of ccswitchd in the testbed (the daemon's own default)."""
