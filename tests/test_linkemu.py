@@ -145,12 +145,12 @@ def test_ping_rtt_equals_configured_delay(linkemu: Path, require: Callable[[bool
     want = up_ms + down_ms
     for c, r in rtts.items():
         assert len(r) == 20, r
-        # 16 of 20 within 1 ms and the median within 0.5 ms (linkemu's delay), every ping within 5 ms (no gross
-        # error): a few pings delayed by the scheduler on a shared 2-core VM are noise, not linkemu's delay (seen:
-        # 11.9 ms among nineteen 10.1 ms under load; 12.2 ms among nineteen 10.2-10.9 ms in a quiet CI run;
-        # 11.2, 11.6 and 12.7 ms among seventeen 10.2-10.3 ms in a CI run of 26 Nov).  A wrong delay moves the
-        # median, which stays held to 0.5 ms
-        assert all(abs(x - want) < 5.0 for x in r), f"client {c}: RTTs {r} ms, configured {want} ms"
+        # Never early (a packet cannot leave linkemu before its delay; 0.3 ms allows ping's own timestamping), 16 of
+        # 20 within 1 ms and the median within 0.5 ms.  No upper bound per ping: a few pings delayed by the
+        # scheduler on a shared 2-core VM are noise, not linkemu's delay (seen: 11.9 ms among nineteen 10.1 ms
+        # under load; 12.2, 12.7, and 16.1 ms among 10.1-10.8 ms in CI runs of 26-27 Nov).  A wrong delay moves
+        # the median, and linkemu's own p50 below is held to 50 us
+        assert min(r) > want - 0.3, f"client {c}: RTTs {r} ms, configured {want} ms (a ping came back early)"
         assert sum(abs(x - want) < 1.0 for x in r) >= 16, f"client {c}: RTTs {r} ms, configured {want} ms"
         assert abs(sorted(r)[len(r) // 2] - want) < 0.5, f"client {c}: RTTs {r} ms, configured {want} ms"
     s = emu.summary
