@@ -23,7 +23,10 @@ agent also sets DualPI2's coupling factor k): 15 inputs, two (mean, std) pairs (
 Gaussians, log pi summed), reward :func:`ccswitch.models.dualpi2_actor.reward_k`.  ``--obs flows`` (the modes
 that set k): actor and critic also see the active flows per class (linkemu's ``l4s_flows``, ``classic_flows``;
 17 inputs), which the per-flow L:C balance and the right k depend on; the actor file records it
-(``observation``), and curve.csv gets each episode's per-flow L:C (``lc_ratio``, k modes).
+(``observation``), and curve.csv gets each episode's per-flow L:C (``lc_ratio``, k modes).  ``--k-credit
+window`` (the modes that set k, with ``--k-hold-steps``): a draw of k is credited by its hold window's reward
+against the episode's other windows, one update per episode (models/a3c_k_windows.py says why), not by the
+n-step advantage.
 
 Budget as the paper: 100 episodes of 100 steps in all (``episodes`` counts
 across workers).  An episode is one condition drawn by the env (link rate,
@@ -59,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from ccswitch.envs.dualpi2_env import Condition, ConditionSpace, DualPi2Env
+from ccswitch.models.a3c_k_windows import KWindows
 from ccswitch.models.dualpi2_actor import (
     ACTION_KINDS,
     K_MODES,
@@ -70,7 +74,7 @@ from ccswitch.models.dualpi2_actor import (
     save_actor,
 )
 
-__all__ = ["Hyperparameters", "compare", "train"]
+__all__ = ["Hyperparameters", "compare", "k_window_gradients", "train"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,11 @@ class Hyperparameters:
     k_hold_steps: int = 1        # residual-k and k: k is drawn every this many intervals and held between
     #                              (1: every interval).  k moves the L:C balance over ~1 s of rate
     #                              adaptation; a new draw every 50 ms is noise no single step's return shows
+    k_credit: str = "td"         # residual-k and k: how a draw of k is credited (K_CREDITS): "td", the A3C n-step
+    #                              advantage as for p'; "window", its hold window's settled mean reward against
+    #                              the episode's other windows (models/a3c_k_windows.py: k acts over ~1 s)
+    k_settle_steps: int = 10     # "window": a window's score counts its steps from this one on (0.5 s at 50 ms)
+    lr_k: float = 1e-2           # "window": Adam's rate for the k update (one per episode: ~75 in 100 episodes)
     obs: str = "base"            # residual-k and k: the observation option (dualpi2_actor.OBS_KINDS); "flows" adds
     #                              the active flows per class (linkemu's l4s_flows, classic_flows) to actor and critic
     mean_init_scale: float = 1.0  # the mean head's initial weights: Glorot uniform x this (1.0: Keras's default);
@@ -143,6 +152,9 @@ def export_mean_network(actor: Any) -> tuple[list[np.ndarray], list[np.ndarray]]
     return [la.get_weights()[0] for la in dense], [la.get_weights()[1] for la in dense]
 
 
+K_CREDITS = ("td", "window")
+
+
 class Shared:
     """What the workers share: global networks, optimisers, the episode counter and the curve."""
 
@@ -153,6 +165,7 @@ class Shared:
         self.actor, self.critic = build_networks(hp)
         self.opt_actor = keras.optimizers.Adam(hp.lr_actor)
         self.opt_critic = keras.optimizers.Adam(hp.lr_critic)
+        self.opt_k = keras.optimizers.Adam(hp.lr_k)  # k_credit "window": the episode-end k updates
         self.lock = threading.Lock()
         self.claimed = 0
         self.updates = 0
@@ -167,6 +180,20 @@ class Shared:
                 return None
             self.claimed += 1
             return self.claimed
+
+
+def k_window_gradients(actor: Any, hp: Hyperparameters, k_dim: int, states: Any, raw_k: Any, adv: Any) -> Any:
+    """Gradients of the episode-end k update (``k_credit`` "window", models/a3c_k_windows.py) on *actor*:
+    -mean(log pi(a_k|s) A) - beta H(pi_k), clipped like the worker's."""
+    import tensorflow as tf
+
+    with tf.GradientTape() as ta:
+        mean, std = actor(states)
+        m, sd = mean[:, k_dim], std[:, k_dim] + hp.std_min
+        logp = -0.5 * tf.square((raw_k - m) / sd) - tf.math.log(sd)
+        loss = -tf.reduce_mean(logp * adv) - hp.entropy_beta * tf.reduce_mean(tf.math.log(sd))
+    g, _ = tf.clip_by_global_norm(ta.gradient(loss, actor.trainable_variables), hp.grad_clip)
+    return g
 
 
 def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
@@ -198,8 +225,13 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
         gc, _ = tf.clip_by_global_norm(tc.gradient(critic_loss, critic.trainable_variables), hp.grad_clip)
         return ga, gc
 
+    @tf.function(reduce_retracing=True)
+    def k_gradients(states: Any, raw_k: Any, adv: Any) -> Any:
+        return k_window_gradients(actor, hp, k_dim, states, raw_k, adv)
+
     rng = np.random.default_rng(hp.seed * 1000 + index)
     k_dim = k_output(hp.mode)  # the output that sets k (held k_hold_steps intervals)
+    by_window = k_dim is not None and hp.k_credit == "window"
     sync()
     with DualPi2Env(interval_s=hp.interval_s, steps=hp.steps, workdir=workdir, warmup_s=hp.warmup_s,
                     mode=hp.mode, w_lc=hp.w_lc, obs=hp.obs) as env:
@@ -211,6 +243,7 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
             mean_sum = np.zeros(action_dims(hp.mode))
             pkts = [0.0, 0.0]  # k modes: L4S and Classic packets through the queue over the episode
             held: np.ndarray | None = None
+            windows = KWindows(hp.k_hold_steps, hp.k_settle_steps) if by_window else None
             for t in range(hp.steps):
                 mean, std = actor(obs[None, :], training=False)
                 mean_sum += np.asarray(mean[0], np.float64)
@@ -221,7 +254,13 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
                         raw_a[k_dim], drawn[k_dim] = held[k_dim], 0.0
                     else:
                         held = raw_a.copy()
+                if windows is not None:  # k is credited per window at the episode's end, not by the n-step update
+                    if drawn[k_dim]:
+                        windows.draw(obs, raw_a[k_dim])
+                    drawn[k_dim] = 0.0
                 nxt, r, _, trunc, info = env.step(np.clip(raw_a, -1.0, 1.0))
+                if windows is not None:
+                    windows.reward(t, r)
                 buf.append((obs, raw_a, r, drawn))
                 total += r
                 for k in metrics:
@@ -247,6 +286,13 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
                         shared.updates += 1
                     sync()
                     buf = []
+            k_batch = windows.batch() if windows is not None and cond.n_l4s > 0 else None
+            if k_batch is not None:
+                gk = k_gradients(*k_batch)
+                with shared.lock:
+                    shared.opt_k.apply_gradients(zip(gk, shared.actor.trainable_variables, strict=True))
+                    shared.updates += 1
+                sync()
             row = {"episode": episode, "worker": index, "reward": round(total, 3),
                    "mean_reward": round(total / hp.steps, 4), "condition": cond.label(),
                    **{k: round(v, 4) for k, v in metrics.items()},
@@ -509,6 +555,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="residual-k and k: weight of the per-flow L:C imbalance in the reward")
     t.add_argument("--k-hold-steps", type=int, default=Hyperparameters.k_hold_steps,
                    help="residual-k and k: draw k every this many intervals, hold it between")
+    t.add_argument("--k-credit", choices=K_CREDITS, default=Hyperparameters.k_credit,
+                   help="residual-k and k: credit a draw of k by the n-step advantage (td) or by its hold "
+                        "window against the episode's other windows (window; needs --k-hold-steps >= 2)")
+    t.add_argument("--k-settle-steps", type=int, default=Hyperparameters.k_settle_steps,
+                   help="--k-credit window: a window's score starts at this step of it")
+    t.add_argument("--lr-k", type=float, default=Hyperparameters.lr_k,
+                   help="--k-credit window: Adam's learning rate of the episode-end k update")
     t.add_argument("--mean-init-scale", type=float, default=Hyperparameters.mean_init_scale,
                    help="scale of the mean head's initial weights (small: the untrained actor is plain DualPI2)")
     t.add_argument("--obs", choices=OBS_KINDS, default=Hyperparameters.obs,
@@ -528,13 +581,18 @@ def main(argv: list[str] | None = None) -> int:
         if a.k_hold_steps < 1 or a.mean_init_scale <= 0:
             print("a3c_dualpi2: --k-hold-steps must be >= 1 and --mean-init-scale > 0", file=sys.stderr)
             return 2
+        if a.k_credit == "window" and (a.mode not in K_MODES or not 0 <= a.k_settle_steps < a.k_hold_steps):
+            print("a3c_dualpi2: --k-credit window needs a mode that sets k and 0 <= --k-settle-steps < "
+                  "--k-hold-steps (e.g. --k-hold-steps 20 --k-settle-steps 10)", file=sys.stderr)
+            return 2
         if a.obs != "base" and a.mode not in K_MODES:
             print(f"a3c_dualpi2: --obs {a.obs} needs a mode that sets k ({', '.join(sorted(K_MODES))})",
                   file=sys.stderr)
             return 2
         hp = Hyperparameters(episodes=a.episodes, workers=a.workers, seed=a.seed, warmup_s=a.warmup_s,
                              gamma=a.gamma, mode=a.mode, w_lc=a.w_lc, k_hold_steps=a.k_hold_steps,
-                             mean_init_scale=a.mean_init_scale, obs=a.obs)
+                             mean_init_scale=a.mean_init_scale, obs=a.obs, k_credit=a.k_credit,
+                             k_settle_steps=a.k_settle_steps, lr_k=a.lr_k)
         print(f"a3c: wrote {train(hp, a.out)}")
     elif a.cmd == "pi-baseline":
         rows = pi_baseline(a.run_dir)

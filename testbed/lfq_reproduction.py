@@ -182,7 +182,23 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("report", help="tables and a plot from the runs")
     p.add_argument("--results", type=Path, default=DEFAULT_OUT)
     p.add_argument("--doc", type=Path, default=DEFAULT_DOC)
+    m = sub.add_parser("report-seeds", help="one page for several seeds' run folders, pooled")
+    m.add_argument("--results", type=Path, action="append", required=True, metavar="DIR",
+                   help="a seed's run folder (give it once per seed; labelled by its order: seed 1, 2, ...)")
+    m.add_argument("--labels", default="", help="comma-separated labels for the folders (default: seed 1, 2, ...)")
+    m.add_argument("--doc", type=Path, default=DEFAULT_DOC.with_name("lfq-reproduction-seeds.md"))
     a = ap.parse_args(argv)
+    if a.cmd == "report-seeds":
+        labels = [x.strip() for x in a.labels.split(",") if x.strip()] or \
+            [f"seed {k}" for k in range(1, len(a.results) + 1)]
+        missing = [str(d) for d in a.results if not d.is_dir()]
+        if missing or len(labels) != len(a.results):
+            ap.error(f"no run folder {', '.join(missing)}" if missing else
+                     f"{len(labels)} labels for {len(a.results)} folders: give one per --results")
+        from .reports.lfq_reproduction import report_seeds
+
+        report_seeds(dict(zip(labels, a.results, strict=True)), a.doc)
+        return 0
     if a.cmd == "run":
         arms = [x for x in a.arms.split(",") if x]
         bad = [x for x in arms if x not in ARMS]
