@@ -26,18 +26,22 @@ Manual overrides (`ccswitch switch` through the control socket) switch at
 once and pin the flow; the guard then keeps it.  The guard state is saved
 to the state file whenever it changes, so a restarted daemon neither
 forgets nor repeats a switch.
+
+The rest of the Controller lives in mixins, one job each: the proposals beyond
+the policy (exploration, starvation escapes: controller_proposals.py), the
+switches from outside the policy (manual overrides, stop actions:
+controller_overrides.py), the state file (controller_state.py) and the
+read-only queries of the control socket (controller_views.py); its counters
+are TickStats (controller_stats.py).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,9 +50,14 @@ import numpy as np
 from ccswitch.bpf.switcher import SwitchResult
 from ccswitch.daemon.aggregate import Aggregator
 from ccswitch.daemon.config import Config
-from ccswitch.daemon.escape import LOSS_BASED, EscapeConfig, StarvationDetector
+from ccswitch.daemon.controller_overrides import ControllerOverrides
+from ccswitch.daemon.controller_proposals import ControllerProposals
+from ccswitch.daemon.controller_state import ControllerState
+from ccswitch.daemon.controller_stats import TickStats
+from ccswitch.daemon.controller_views import ControllerViews
+from ccswitch.daemon.escape import EscapeConfig, StarvationDetector
 from ccswitch.daemon.explore import ExploreConfig, Explorer, Proposal
-from ccswitch.daemon.flowindex import FlowIndex
+from ccswitch.daemon.flowindex import Ccas, FlowIndex, RowFinder
 from ccswitch.daemon.guard import Guard, GuardConfig, Verdict
 from ccswitch.daemon.policies import Decider, HeuristicDecider, ObserveDecider
 from ccswitch.daemon.recorder import Recorder
@@ -71,50 +80,7 @@ class DataPlaneLike(Protocol):
     def switch_many(self, requests: list[tuple[int, str, str]]) -> list[SwitchResult]: ...
 
 
-@dataclass
-class TickStats:
-    n: int = 0
-    last_ms: float = 0.0
-    max_ms: float = 0.0
-    sum_ms: float = 0.0
-    flows: int = 0
-    managed: int = 0
-    decisions: int = 0
-    switches: int = 0
-    reverts: int = 0
-    manual: int = 0
-    failed: int = 0
-    explores: int = 0
-    escapes: int = 0  # starvation escapes (escape.py)
-    idle: int = 0  # ticks without a monitor read (daemon.sample_every_tick = false, no --record)
-    recent_ms: deque[float] = field(default_factory=lambda: deque(maxlen=300))
-    recent_sample_ms: deque[float] = field(default_factory=lambda: deque(maxlen=300))
-
-    def add(self, ms: float, sample_ms: float = 0.0) -> None:
-        self.recent_sample_ms.append(sample_ms)
-        self.n += 1
-        self.last_ms = ms
-        self.max_ms = max(self.max_ms, ms)
-        self.sum_ms += ms
-        self.recent_ms.append(ms)
-
-    def as_dict(self) -> dict[str, Any]:
-        def pct(values: Iterable[float], q: float) -> float:
-            r = sorted(values)
-            return r[min(len(r) - 1, int(q * len(r)))] if r else 0.0
-
-        own = [a - b for a, b in zip(self.recent_ms, self.recent_sample_ms, strict=True)]
-        return {"ticks": self.n, "tick_ms_last": self.last_ms, "tick_ms_mean": self.sum_ms / max(self.n, 1),
-                "tick_ms_p50": pct(self.recent_ms, 0.5), "tick_ms_p99": pct(self.recent_ms, 0.99),
-                "tick_ms_max": self.max_ms, "sample_ms_p50": pct(self.recent_sample_ms, 0.5),
-                "sample_ms_p99": pct(self.recent_sample_ms, 0.99), "own_ms_p50": pct(own, 0.5),
-                "own_ms_p99": pct(own, 0.99), "flows": self.flows,
-                "managed": self.managed, "decisions": self.decisions, "switches": self.switches,
-                "reverts": self.reverts, "manual": self.manual, "failed": self.failed,
-                "explores": self.explores, "escapes": self.escapes, "idle_ticks": self.idle}
-
-
-class Controller:
+class Controller(ControllerViews, ControllerState, ControllerOverrides, ControllerProposals):
     def __init__(self, cfg: Config, decider: Decider, dp: DataPlaneLike, *, recorder: Recorder | None = None,
                  clock: Callable[[], float] = time.time, available: Callable[[], list[str]] = available_ccas,
                  state_path: Path | None = None, metrics: Any = None):
@@ -259,7 +225,7 @@ class Controller:
         state = agg.column("state")
         mask = np.isin(state, MANAGED_STATES) & self.selector.select(agg)
         codes, names = agg.codes("cca")
-        ccas = _Ccas(codes, names)
+        ccas = Ccas(codes, names)
         rows = np.flatnonzero(mask)
         out: list[tuple[int, str, str, Verdict, dict[str, Any]]] = []
         min_age = float(self.cfg.flows["min_age_s"])
@@ -282,7 +248,7 @@ class Controller:
         a = min(1.0, self.decision_interval_s / max(g.cfg.eval_window_s, 1e-9))
         self._ravg[slots] = np.where(np.isnan(prev), r_m, prev + a * (r_m - prev))
         # post-switch evaluation: only flows with a switch under evaluation
-        find = _RowFinder(ids)
+        find = RowFinder(ids)
         busy = g.busy()
         evaluating = [f for f in busy if g.flows[f].evaluation is not None]
         for i in find.rows(evaluating, mask):
@@ -371,57 +337,6 @@ class Controller:
         c = self.guard.cfg
         return np.maximum(c.margin, c.margin_rel * np.abs(q_cur)) if c.margin_rel > 0 else c.margin
 
-    def _last_row(self, flow: int) -> int | None:
-        if self._last_ids is None:
-            return None
-        hit = np.flatnonzero(self._last_ids == np.uint64(flow))
-        return int(hit[0]) if len(hit) else None
-
-    def _explore(self, managed_rows: np.ndarray, ids: np.ndarray, ccas: _Ccas, values: np.ndarray,
-                 keep_cols: list[int], fair: Fairness, reverting: set[int], now: float) -> dict[int, Proposal]:
-        """Exploration proposals (explore.py) for managed flows with an unscored allowed CCA or a round on."""
-        ex = self.explorer
-        if ex is None or not keep_cols or not len(managed_rows):
-            return {}
-        act = ex.active
-        look = np.isnan(values[np.ix_(managed_rows, keep_cols)]).any(axis=1)
-        if act:
-            look |= np.isin(ids[managed_rows], np.fromiter(act, np.uint64, len(act)))
-        acts = self.decider.actions
-        out: dict[int, Proposal] = {}
-        for i in managed_rows[look].tolist():
-            fid = int(ids[i])
-            if fid in reverting:
-                continue
-            fg = self.guard.flows[fid]
-            sc = {acts[j]: float(values[i, j]) for j in keep_cols}
-            p = ex.propose(fid, ccas[i], sc, float(fair.thratio[i]), [a for a, t in fg.holdoff.items() if t > now])
-            if p is not None:
-                out[fid] = p
-        return out
-
-    def _escapes(self, agg: FlowFrame, managed_rows: np.ndarray, mslots: np.ndarray, ccas: _Ccas,
-                 allowed: list[str], reverting: set[int], now: float) -> dict[int, Proposal]:
-        """Starvation-escape proposals (escape.py) for managed flows stuck on a loss-based CCA."""
-        esc = self.escape
-        assert esc is not None
-        if not len(managed_rows) or esc.cfg.to not in allowed:
-            return {}
-        codes, names = ccas.codes, ccas.names
-        lb_codes = np.array([n in LOSS_BASED for n in names], dtype=bool)
-        loss = agg.column("loss_rate")[managed_rows].astype(np.float64)
-        cwnd = agg.column("cwnd_segs")[managed_rows].astype(np.float64)
-        rr = agg.column("rtt_ratio")[managed_rows].astype(np.float64)
-        due = esc.update(mslots, lb_codes[codes[managed_rows]], loss, cwnd, now, rr)
-        ids = agg.column("flow_id")
-        out: dict[int, Proposal] = {}
-        for k in np.flatnonzero(due).tolist():
-            fid = int(ids[managed_rows[k]])
-            if fid not in reverting:
-                out[fid] = Proposal("escape", esc.cfg.to, esc.reason(float(loss[k]), float(cwnd[k]),
-                                                                     float(esc.since[mslots[k]]), now))
-        return out
-
     def _evaluated(self, fid: int, cca: str, v: Verdict, out: list[tuple[int, str, str, Verdict, dict[str, Any]]]
                    ) -> None:
         hist = self._pending_hist.pop(fid, None)
@@ -506,209 +421,9 @@ class Controller:
                 "flow": rec["flow"], "from": rec["from"], "to": rec["to"], "action": rec["action"],
                 "verdict": rec.get("verdict", ""), "reason": rec["reason"]}})
 
-    # -------------------------------------------------------------- manual
-    def manual_switch(self, flow: int, cca: str, inherit: str | None = None) -> dict[str, Any]:
-        """Switch and pin (cca == "auto": release the pin).  Raises ValueError with a clear message."""
-        row = self._row_of(flow)
-        if cca == "auto":
-            if not self.guard.unpin(flow):
-                raise ValueError(f"flow {flow} is not pinned")
-            self._dirty = True
-            self.save_state()
-            rec = {"ts": self.clock(), "flow": flow, "from": row["cca"] if row else "", "to": "auto",
-                   "action": "unpin", "reason": "manual: pin released", "q": {}, "verdict": "applied",
-                   "policy": self.decider.kind}
-            self._log_decision(rec, logging.INFO)
-            self.recorder.flush()
-            return {"flow_id": flow, "ok": True, "pinned": None}
-        res = self.dp.switch_many([(flow, cca, inherit or self.inherit)])[0]
-        if not res.ok:
-            raise ValueError(res.error or f"switching flow {flow} to {cca} failed")
-        self.guard.pin(flow, cca, res.cca_before)
-        self.guard.applied(flow, res.cca_before, cca, "manual")
-        self.stats.manual += 1
-        now = self.clock()
-        self.history.append({"ts": now, "flow": flow, "from": res.cca_before, "to": res.cca_after, "kind": "manual",
-                             "reason": "manual override (pinned)", "verdict": "-"})
-        rec = {"ts": now, "flow": flow, "from": res.cca_before, "to": res.cca_after, "action": "manual",
-               "reason": "manual override: pinned until `ccswitch switch FLOW auto`", "q": {}, "verdict": "applied",
-               "policy": self.decider.kind}
-        self._log_decision(rec, logging.INFO)
-        self.recorder.flush()
-        self._dirty = True
-        self.save_state()
-        return {**res.as_dict(), "pinned": cca}
-
-    def last_q(self, flow: int) -> np.ndarray | None:
-        i = self._last_row(flow)
-        return self._last_q[i] if self._last_q is not None and i is not None else None
-
-    def _row_of(self, flow: int) -> dict[str, Any] | None:
-        t = self.last_table
-        if t is None or not t.num_rows:
-            return None
-        ids = t.column("flow_id")
-        hit = np.flatnonzero(ids == np.uint64(flow))
-        return t.row(int(hit[0])) if len(hit) else None
-
-    # --------------------------------------------------------------- stop
-    def stop_actions(self, pcc_fallback: str, own_pcc: bool) -> list[dict[str, Any]]:
-        """SIGTERM: restore changed flows (stop.restore) and move sockets off our own PCC (stop.pcc_fallback)."""
-        t = self.last_table
-        if t is None or not t.num_rows:
-            return []
-        host = set(self.available())
-        reqs: dict[int, tuple[str, str]] = {}
-        ccas = dict(zip(t.column("flow_id").tolist(), t.column("cca").tolist(), strict=True))
-        if self.cfg.stop["restore"]:
-            for fid, fg in self.guard.flows.items():
-                cur = ccas.get(fid)
-                if cur and fg.changed_by_us and fg.original != cur and fg.original in host:
-                    reqs[fid] = (fg.original, "restore")
-        if pcc_fallback and own_pcc:
-            for fid, cur in ccas.items():
-                target = reqs.get(fid, (cur, ""))[0]
-                if target == "pcc":
-                    reqs[fid] = (pcc_fallback, "pcc-fallback")
-        if not reqs:
-            return []
-        items = list(reqs.items())
-        results = self.dp.switch_many([(fid, to, "limited") for fid, (to, _) in items])
-        out = []
-        for (fid, (to, why)), res in zip(items, results, strict=True):
-            rec = {"ts": self.clock(), "flow": fid, "from": res.cca_before, "to": to, "action": why,
-                   "reason": f"stop: {why}", "q": {}, "verdict": "applied" if res.ok else f"failed: {res.error}",
-                   "policy": self.decider.kind}
-            self._log_decision(rec, logging.INFO)
-            out.append(rec)
-        self.recorder.flush()
-        return out
-
-    # ------------------------------------------------------------- state
-    def save_state(self) -> None:
-        self._dirty = False
-        if not self.state_path:
-            return
-        doc = {"version": 1, "saved": self.clock(), "pid": os.getpid(), "flows": self.guard.to_state(),
-               "history": list(self.history)[-200:]}
-        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
-        try:
-            tmp.write_text(json.dumps(doc))
-            tmp.replace(self.state_path)
-        except OSError as e:
-            log.warning("state not saved", extra={"fields": {"path": str(self.state_path), "error": e.strerror}})
-
-    def load_state(self) -> None:
-        if not self.state_path or not self.state_path.exists():
-            return
-        try:
-            doc = json.loads(self.state_path.read_text())
-            n = self.guard.from_state(doc.get("flows", {}))
-            for h in doc.get("history", []):
-                self.history.append(h)
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            log.warning("state file ignored", extra={"fields": {"path": str(self.state_path), "error": str(e)}})
-            return
-        log.info("state restored", extra={"fields": {"path": str(self.state_path), "flows": n,
-                                                      "previous_pid": doc.get("pid")}})
-
-    # ----------------------------------------------------------- queries
-    def status(self) -> dict[str, Any]:
-        t = self.last_table
-        counts = t.value_counts("cca") if t is not None else {}
-        return {"pid": os.getpid(), "uptime_s": self.clock() - self.started, "policy": _short(self.decider.describe()),
-                "observe_only": self.observe_only, "tick_s": self.tick_s,
-                "decision_interval_s": self.decision_interval_s, "inherit": self.inherit,
-                "allowed": self.allowed(), "flows_per_cca": counts, "pinned": sum(
-                    1 for f in self.guard.flows.values() if f.pin), **self.stats.as_dict(),
-                "unfairness": self.last_fair.summary() if self.last_fair is not None else []}
-
-    def flows(self) -> list[dict[str, Any]]:
-        t = self.last_table
-        if t is None:
-            return []
-        out = []
-        acts = self.decider.actions
-        fair = {}
-        if t.num_rows:
-            f = fairness(t, self.cfg.unfairness["group_by"])
-            fair = dict(zip(t.column("flow_id").tolist(), f.thratio.tolist(), strict=True))
-        for r in t.to_pylist():
-            fid = r["flow_id"]
-            q = self.last_q(fid)
-            fg = self.guard.flows.get(fid)
-            d = self.last_decision.get(fid)
-            if fid in self._last_fast:
-                d = {"action": "keep", "reason": "policy prefers the current CCA"}
-            elif fid in self._last_margin:
-                d = {"action": "keep", "reason": "another CCA preferred, by less than the margin"}
-            out.append({**r, "q": {a: float(q[j]) for j, a in enumerate(acts)} if q is not None else None,
-                        "thratio": fair.get(fid), "managed": fg is not None, "pinned": fg.pin if fg else None,
-                        "last_action": d["action"] if d else None, "last_reason": d["reason"] if d else None})
-        return out
-
-    def explain_flow(self, flow: int) -> dict[str, Any]:
-        row = self._row_of(flow)
-        if row is None:
-            raise ValueError(f"flow {flow} not found among this namespace's TCP sockets (closed, or in another "
-                             "namespace); list flows with `ccswitch flows`")
-        q = self.last_q(flow)
-        if q is None:
-            raise ValueError(f"flow {flow} has no decision yet (not managed, younger than flows.min_age_s, or "
-                             "waiting for the next decision interval)")
-        acts = self.decider.actions
-        allowed = self.allowed()
-        sc = {a: float(q[j]) for j, a in enumerate(acts) if a in allowed}
-        i = self._last_row(flow)
-        feats = self._last_obs[i] if self._last_obs is not None and i is not None else None
-        names = getattr(getattr(self.decider, "policy", None), "feature_names", None) or getattr(
-            getattr(getattr(self.decider, "inner", None), "policy", None), "feature_names", None)
-        features = dict(zip(names, map(float, feats), strict=True)) if feats is not None and names else None
-        return {"flow": flow, "cca": row["cca"], "q": {a: float(q[j]) for j, a in enumerate(acts)},
-                "features": features, "guard": self.guard.would(flow, row["cca"], sc).as_dict(),
-                "last_decision": self.last_decision.get(flow)}
-
-
-class _RowFinder:
-    """Rows of a table's flow ids holding given flows; sorts the ids on first use only."""
-
-    def __init__(self, ids: np.ndarray):
-        self.ids = ids
-        self._order: np.ndarray | None = None
-
-    def rows(self, flows: Iterable[int], mask: np.ndarray | None = None) -> list[int]:
-        """Ascending rows of *flows* (absent ones skipped; with *mask*, only rows where it is set)."""
-        want = np.fromiter(flows, np.uint64)
-        if not len(want) or not len(self.ids):
-            return []
-        if self._order is None:
-            self._order = np.argsort(self.ids, kind="stable")
-        srt = self.ids[self._order]
-        pos = np.minimum(np.searchsorted(srt, want), len(srt) - 1)
-        rows = self._order[pos[srt[pos] == want]]
-        if mask is not None:
-            rows = rows[mask[rows]]
-        return np.unique(rows).tolist()
-
-
-class _Ccas:
-    """The CCA of row i of a table whose CCA column came as codes (flowindex.string_codes)."""
-
-    def __init__(self, codes: np.ndarray, names: list[str]):
-        self.codes, self.names = codes, names
-
-    def __getitem__(self, i: int) -> str:
-        return self.names[self.codes[i]]
-
 
 def _guard_settings(guard: dict[str, Any], decider: Decider) -> dict[str, Any]:
     """The guard's settings for *decider*: the relative margin is for the DQN's Q-values only (the
     heuristic's scores and the static policy's 0/1 use the absolute margin alone)."""
     inner = getattr(decider, "inner", decider)
     return guard if inner.kind == "dqn" else {**guard, "margin_rel": 0.0}
-
-
-def _short(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if k in ("kind", "actions", "file", "checksum", "decides_with", "cca",
-                                                "interval_s")}
-

@@ -11,10 +11,14 @@ the arrays stay as large as the peak number of flows.
 :func:`string_codes` turns a pyarrow string column into integer codes and the
 list of distinct values without Arrow compute kernels (for Arrow tables; the
 daemon's FlowFrames keep string columns as codes already, FlowFrame.codes).
+
+:class:`RowFinder` finds the rows of given flows in a table's flow-id column
+(sorted once, one searchsorted); :class:`Ccas` reads a CCA column kept as codes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -80,6 +84,38 @@ class FlowIndex:
         self._free.extend(freed.tolist()[::-1])
         self.ids, self.slots = self.ids[~drop], self.slots[~drop]
         return freed
+
+
+class RowFinder:
+    """Rows of a table's flow ids holding given flows; sorts the ids on first use only."""
+
+    def __init__(self, ids: np.ndarray):
+        self.ids = ids
+        self._order: np.ndarray | None = None
+
+    def rows(self, flows: Iterable[int], mask: np.ndarray | None = None) -> list[int]:
+        """Ascending rows of *flows* (absent ones skipped; with *mask*, only rows where it is set)."""
+        want = np.fromiter(flows, np.uint64)
+        if not len(want) or not len(self.ids):
+            return []
+        if self._order is None:
+            self._order = np.argsort(self.ids, kind="stable")
+        srt = self.ids[self._order]
+        pos = np.minimum(np.searchsorted(srt, want), len(srt) - 1)
+        rows = self._order[pos[srt[pos] == want]]
+        if mask is not None:
+            rows = rows[mask[rows]]
+        return np.unique(rows).tolist()
+
+
+class Ccas:
+    """The CCA of row i of a table whose CCA column came as codes (flowindex.string_codes)."""
+
+    def __init__(self, codes: np.ndarray, names: list[str]):
+        self.codes, self.names = codes, names
+
+    def __getitem__(self, i: int) -> str:
+        return self.names[self.codes[i]]
 
 
 def string_codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
