@@ -45,16 +45,13 @@ at run time), its training curve (CSV + PNG) and the record of the run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
 import os
 import platform
-import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +70,7 @@ from ccswitch.models.dualpi2_actor import (
     load_actor,
     save_actor,
 )
+from ccswitch.testbed.runs.netns_lifecycle import sigterm_as_exit
 
 __all__ = ["Hyperparameters", "compare", "k_window_gradients", "train"]
 
@@ -336,7 +334,7 @@ def train(hp: Hyperparameters, out: Path, *, progress: bool = True) -> Path:
     handle = ensure_prague()  # once, before the workers' envs look for it
     threads = [threading.Thread(target=run, args=(i,), name=f"a3c-{i}") for i in range(hp.workers)]
     try:
-        with _sigterm_as_exit():
+        with sigterm_as_exit():
             for th in threads:
                 th.start()
             for th in threads:
@@ -368,19 +366,6 @@ def train(hp: Hyperparameters, out: Path, *, progress: bool = True) -> Path:
     (out / "record.json").write_text(json.dumps(record, indent=2) + "\n")
     plot_curve(curve, out / "curve.png", baseline=None)
     return path
-
-
-@contextlib.contextmanager
-def _sigterm_as_exit() -> Iterator[None]:
-    """SIGTERM raises SystemExit in the main thread while training runs (so the workers get to clean up)."""
-    def _exit(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    old = signal.signal(signal.SIGTERM, _exit)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 # --------------------------------------------------------- closed loop ---

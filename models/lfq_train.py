@@ -290,7 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--seed", type=int, default=1)
     a = ap.parse_args(argv)
     if a.cmd == "collect":
-        collect(a.episodes, a.data, actor_path=a.actor, pre=a.pre, explore=a.explore, seed=a.seed)
+        from ccswitch.testbed.runs.netns_lifecycle import sigterm_as_exit
+
+        with sigterm_as_exit():  # kill tears the episode's namespaces and linkemu down
+            collect(a.episodes, a.data, actor_path=a.actor, pre=a.pre, explore=a.explore, seed=a.seed)
     else:
         train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived)
     return 0

@@ -204,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         bad = [x for x in arms if x not in ARMS]
         if bad:
             ap.error(f"unknown arm(s) {', '.join(bad)}; known: {', '.join(ARMS)}")
-        run(a.runs, arms, a.out, a.actor, a.seed)
+        from .runs.netns_lifecycle import sigterm_as_exit
+
+        with sigterm_as_exit():  # kill tears the topology and linkemu down (the run in progress is redone)
+            run(a.runs, arms, a.out, a.actor, a.seed)
     else:
         from .reports.lfq_reproduction import report
 

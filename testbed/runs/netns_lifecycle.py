@@ -269,6 +269,25 @@ def cleanup_leftovers(prefix: str = PREFIX, *, include_unowned: bool = False) ->
 
 
 @contextlib.contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM raises SystemExit in the main thread while the body runs, so the namespace owners' ``with``
+    blocks (topologies, bottlenecks, linkemu) tear down on ``kill`` as on Ctrl-C; a long driver without it
+    dies at once and leaves its namespaces and linkemu behind.  Outside the main thread: no change."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
 def sigint_deferred() -> Iterator[None]:
     """Hold back Ctrl-C while the body runs (main thread only), then re-deliver it.
 
