@@ -156,21 +156,43 @@ class DualPi2Env(gym.Env):
         self._next = 0.0
         self._p = 0.0
         self._episodes = 0
+        self._flows: list[Any] = []
 
     # -- resources --
 
     def _open(self) -> None:
-        from ccswitch.bpf.prague import ensure_prague, make_default
+        from ccswitch.bpf.prague import make_default
         from ccswitch.testbed.runs.topology import Topology
 
         self._topo = self._stack.enter_context(Topology(2))
-        with _PRAGUE_LOCK:
-            handle = ensure_prague()
-        self._stack.callback(handle.close)
+        self._hold_prague()
         make_default(self._topo.server)        # listeners accept AccECN (testbed/runs/run_setup.py _prague_defaults)
         make_default(self._topo.clients[1])    # client 2 sends L4S
 
+    def _hold_prague(self) -> None:
+        """Register Prague unless it is (kernel-wide); the registration lives as long as the process that made
+        it, so a run elsewhere that made it and ended takes it away: checked again before every episode with
+        L4S flows (seen 27 Nov: a closed-loop run ending mid-training left 111 of 200 episodes without L4S
+        traffic, and the L:C term, which is 0 without L4S packets, rewarded it)."""
+        from ccswitch.bpf.prague import ensure_prague
+
+        with _PRAGUE_LOCK:
+            handle = ensure_prague()
+        self._stack.callback(handle.close)
+
+    def _check_flows(self) -> None:
+        """Every flow of the episode still runs; a flow that exited is an error, not an episode to learn from."""
+        for flow in self._flows:
+            if flow.proc.poll() is not None:
+                try:
+                    flow.wait(timeout=1.0)
+                    why = "it ended early"
+                except Exception as e:  # IperfError: iperf3's own message (e.g. unable to set TCP_CONGESTION)
+                    why = str(e)
+                raise RuntimeError(f"episode {self._episodes}: a {flow.cca} flow stopped: {why}")
+
     def _start_episode(self, cond: Condition) -> None:
+        from ccswitch.host import available_ccas
         from ccswitch.testbed.runs.emulator import Emulator, emulator_config, link
         from ccswitch.testbed.runs.iperf import IperfFlow, start_server
         from ccswitch.testbed.runs.linkemu_control import LinkemuControl
@@ -187,11 +209,14 @@ class DualPi2Env(gym.Env):
         ep.enter_context(Emulator(topo.router, cfg, stats_dir=self.workdir / "emulator"))
         self._ctl = ep.enter_context(LinkemuControl(sock, connect_timeout=5.0))
         flows = [(1, cond.classic_cca)] * cond.n_classic + [(2, "prague")] * cond.n_l4s
+        if cond.n_l4s and "prague" not in available_ccas():
+            self._hold_prague()
+        self._flows = []
         for i, (client, cca) in enumerate(flows):
             port = FIRST_PORT + i
             ep.enter_context(start_server(topo.server, port, bind=topo.server_addr))
-            ep.enter_context(IperfFlow(topo.clients[client - 1], topo.server_addr, port, cca=cca,
-                                       seconds=3600, interval=1.0))
+            self._flows.append(ep.enter_context(IperfFlow(topo.clients[client - 1], topo.server_addr, port,
+                                                          cca=cca, seconds=3600, interval=1.0)))
 
     def _end_episode(self) -> None:
         if self._episode is not None:
@@ -223,6 +248,7 @@ class DualPi2Env(gym.Env):
         self._start_episode(cond)
         if self.warmup_s > 0:  # the flows leave slow start under DualPI2's own PI controller
             time.sleep(self.warmup_s)
+        self._check_flows()
         self._observer = Observer(cond.rate_mbit, self.target_ms, extended=self.mode in K_MODES,
                                   flows=self.obs == "flows")
         self._t = 0
@@ -251,6 +277,7 @@ class DualPi2Env(gym.Env):
                           hold_ms=LEASE_INTERVALS * self.interval_s * 1000)
         self._wait()
         obs, raw = self._observe()
+        self._check_flows()
         self._p = raw["p_prime"]
         self._t += 1
         cond = self.condition

@@ -168,6 +168,7 @@ class Shared:
         self.claimed = 0
         self.updates = 0
         self.curve: list[dict[str, Any]] = []
+        self.k_draws: list[dict[str, Any]] = []  # k_credit "window": every scored draw of k (k_draws.csv)
         self.errors: list[str] = []
         self.stop = False  # set on Ctrl-C / SIGTERM: workers finish their episode and close their envs
         self.t0 = time.monotonic()
@@ -287,7 +288,11 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
             k_batch = windows.batch() if windows is not None and cond.n_l4s > 0 else None
             if k_batch is not None:
                 gk = k_gradients(*k_batch)
+                _, a_k, adv = k_batch
                 with shared.lock:
+                    shared.k_draws += [{"episode": episode, "a_k": round(float(a), 4), "advantage": round(float(d), 5),
+                                        "n_l4s": cond.n_l4s, "n_classic": cond.n_classic}
+                                       for a, d in zip(a_k, adv, strict=True)]
                     shared.opt_k.apply_gradients(zip(gk, shared.actor.trainable_variables, strict=True))
                     shared.updates += 1
                 sync()
@@ -350,6 +355,8 @@ def train(hp: Hyperparameters, out: Path, *, progress: bool = True) -> Path:
         raise RuntimeError("no episode finished: " + "; ".join(shared.errors))
     curve = sorted(shared.curve, key=lambda r: r["episode"])
     _write_csv(out / "curve.csv", curve)
+    if shared.k_draws:  # the window credit's raw material: does a higher a_k score better or worse?
+        _write_csv(out / "k_draws.csv", sorted(shared.k_draws, key=lambda r: r["episode"]))
     kernels, biases = export_mean_network(shared.actor)
     record = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hyperparameters": hp.as_dict(),
