@@ -46,6 +46,22 @@ LC_MAX = 1.5
 """The stretch item's balance: L:C per flow within 1.5:1 either way in every phase (1/1.5 <= L:C <= 1.5)."""
 
 
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+"""Student's t 0.975 quantiles for 1..10 degrees of freedom (a 95 % two-sided interval over <= 11 seeds)."""
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """Mean of a[i] - b[i] over paired seeds and the half-width of its 95 % t interval (nan for one pair).
+
+    The PI and the agent of one seed see the same draws (linkemu's seed) and run back to back, so the
+    seed-to-seed spread cancels in the pairs: a small difference can be told from noise with few seeds."""
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    if len(d) < 2:
+        return (d[0] if d else math.nan), math.nan
+    df = min(len(d) - 1, len(T_975))
+    return statistics.mean(d), T_975[df - 1] * statistics.stdev(d) / math.sqrt(len(d))
+
+
 def lc_within(lcs: Sequence[float]) -> bool:
     """Every phase's L:C within LC_MAX:1 either way."""
     return bool(lcs) and all(1 / LC_MAX <= x <= LC_MAX for x in lcs)
@@ -139,8 +155,9 @@ def report(out: Path, doc: Path, png: Path) -> int:
                      f"{num(m['l_p99_ms'], 2)} | {100 * m['util']:.1f} % | {num(m['c_drop_pct'], 2)} % | "
                      f"{num(m['p_mean'], 3)} | {lc} |")
     verdict = ["", "| Classic CCA | seeds | C mean <= 17 ms | L p99 <= 2 ms | utilisation within 2 points of PI "
-               "| C drops no higher than PI | L:C within 1.5:1 in every phase (A3C; PI) |",
-               "|---|---:|---|---|---|---|---|"]
+               "| C drops no higher than PI | C drops A3C - PI, paired (95 % interval) "
+               "| L:C within 1.5:1 in every phase (A3C; PI) |",
+               "|---|---:|---|---|---|---|---|---|"]
     for cca in CCAS:
         seeds = sorted({s for (c, a, s) in rows if c == cca and (c, "PI", s) in rows and (c, "A3C", s) in rows})
         if not seeds:
@@ -152,20 +169,59 @@ def report(out: Path, doc: Path, png: Path) -> int:
         a_c, a_l, a_u, p_u = mean("A3C", "c_mean_ms"), mean("A3C", "l_p99_ms"), mean("A3C", "util"), mean("PI", "util")
         a_d, p_d = mean("A3C", "c_drop_pct"), mean("PI", "c_drop_pct")
         ok = {True: "met", False: "NOT met"}
+        d_mean, d_half = paired_difference([rows[cca, "A3C", s]["c_drop_pct"] for s in seeds],
+                                           [rows[cca, "PI", s]["c_drop_pct"] for s in seeds])
+        d_cell = (f"{d_mean:+.3f} points" if math.isnan(d_half) else
+                  f"{d_mean:+.3f} ({d_mean - d_half:+.3f}..{d_mean + d_half:+.3f}) points")
         verdict.append(
             f"| {cca} | {len(seeds)} | {a_c:.2f} ms (PI {mean('PI', 'c_mean_ms'):.2f}): {ok[a_c <= C_MEAN_MAX_MS]} | "
             f"{a_l:.2f} ms (PI {mean('PI', 'l_p99_ms'):.2f}): {ok[a_l <= L_P99_MAX_MS]} | "
             f"{100 * a_u:.1f} % vs {100 * p_u:.1f} %: {ok[100 * (p_u - a_u) <= UTIL_POINTS]} | "
-            f"{a_d:.2f} % vs {p_d:.2f} %: {ok[a_d <= p_d]} | "
+            f"{a_d:.2f} % vs {p_d:.2f} %: {ok[a_d <= p_d]} | {d_cell} | "
             f"{ok[all(lc_within(rows[cca, 'A3C', s]['lc']) for s in seeds)]}; "
             f"{ok[all(lc_within(rows[cca, 'PI', s]['lc']) for s in seeds)]} |")
-    text = "\n".join(lines + verdict) + "\n"
+    text = "\n".join(lines + verdict + drops_by_phase(out, rows)) + "\n"
     _plot(out, png, rows)
     if doc is not None:
         doc.parent.mkdir(parents=True, exist_ok=True)
         doc.write_text(text)
     print(text)
     return 0
+
+
+BASE_RTT_MS = 10.0
+"""The dynamic template's base RTT (5 ms each way): the Classic RTT is this plus the C queue's sojourn."""
+
+
+def drops_by_phase(out: Path, rows: dict[tuple[str, str, int], dict[str, Any]]) -> list[str]:
+    """Classic drops per phase, agent over PI of the same seed: observed, and predicted by the Classic
+    response function (rate ~ 1/(RTT sqrt(p)), so p ~ 1/(rate x RTT)^2) from the Classic flows' per-flow
+    rate and RTT.  Tells whether the agent's extra drops are the price of moving rate between the classes
+    (predicted = observed) or come from its p' itself (observed above predicted)."""
+    ratios: dict[str, list[tuple[float, float]]] = {}
+    for cca, arm, seed in rows:
+        if arm != "A3C" or (cca, "PI", seed) not in rows:
+            continue
+        phases = zip(analyse(out / f"{cca}-A3C" / f"seed-{seed}").phases,
+                     analyse(out / f"{cca}-PI" / f"seed-{seed}").phases, strict=False)
+        for a, p in phases:
+            ra, rp = a.per_flow_mbps.get("Classic"), p.per_flow_mbps.get("Classic")
+            da, dp = a.drops_pct.get("Classic"), p.drops_pct.get("Classic")
+            if not (ra and rp and da and dp):
+                continue
+            rtt_a, rtt_p = (BASE_RTT_MS + x.delay_ms["Classic"]["mean"] for x in (a, p))
+            ratios.setdefault(a.label, []).append((da / dp, ((rp * rtt_p) / (ra * rtt_a)) ** 2))
+    if not ratios:
+        return []
+    lines = ["", "Classic drops per phase, A3C / PI of the same seed (both CCAs; predicted: p ~ 1/(rate x RTT)^2 "
+             "from the Classic flows' per-flow rate and RTT):", "",
+             "| phase (L-C) | pairs | observed, geometric mean (range) | predicted, geometric mean (range) |",
+             "|---|---:|---|---|"]
+    for label, xs in ratios.items():
+        obs, pred = [o for o, _ in xs], [q for _, q in xs]
+        lines.append(f"| {label} | {len(xs)} | x{statistics.geometric_mean(obs):.3f} ({min(obs):.2f}-{max(obs):.2f}) | "
+                     f"x{statistics.geometric_mean(pred):.3f} ({min(pred):.2f}-{max(pred):.2f}) |")
+    return lines
 
 
 def _series(run_dir: Path) -> tuple[list[float], list[float], list[float]]:
