@@ -8,10 +8,14 @@ Order of preference, so that loading is idempotent and never duplicates:
    Finding the seed map needs CAP_SYS_ADMIN (BPF_MAP_GET_NEXT_ID and
    BPF_MAP_GET_FD_BY_ID); without it the map cannot be told apart from a
    missing one, and the source says so (SHARED_UNSEEDED) instead of "kernel";
-3. otherwise register ours through a struct_ops link owned by this process,
-   so the algorithm disappears with the process.  Sockets already running
-   it keep running it (the kernel holds a reference), only new selections
-   of `pcc` fail until it is registered again.
+3. otherwise register ours and hand its struct_ops link to a holder process
+   (holder.py), which keeps `pcc` registered for as long as any ccswitch
+   process holding a PccHandle is alive (also when the one that registered it
+   exits or is SIGKILLed), and unregisters it after the last one.  Sockets
+   already running it keep running it (the kernel holds a reference), only
+   new selections of `pcc` fail until it is registered again.  The seed map
+   lives with the registration: the registrar holds it through its object,
+   later processes find it by name (case 1).
 """
 
 from __future__ import annotations
@@ -23,10 +27,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ccswitch.bpf import holder
 from ccswitch.bpf.libbpf import BPF_F_LINK, BpfError, BpfObject, find_map_by_name, missing_capabilities
 from ccswitch.host import available_ccas
 
 OBJ_PATH = Path(__file__).with_name("pcc.bpf.o")
+NAME = "pcc"
 STRUCT_OPS_MAP = "ccs_pcc"
 SEED_MAP = "ccs_pcc_seed"
 
@@ -39,7 +45,7 @@ SHARED_UNSEEDED = "shared-unseeded"
 KERNEL = "kernel"
 NONE = "none"
 SOURCES: dict[str, str] = {
-    OWN: "registered by this process (its struct_ops link)",
+    OWN: "registered by this process (kept by a holder process while any ccswitch process uses it)",
     SHARED: "registered by another ccswitch process, its seed map shared",
     SHARED_UNSEEDED: "registered by another process, its seed map not reachable without CAP_SYS_ADMIN",
     KERNEL: "not ccswitch's (a kernel module or another BPF program), nothing to seed",
@@ -56,6 +62,7 @@ class PccHandle:
     source: str  # one of SOURCES
     seed_fd: int | None
     _obj: BpfObject | None = None
+    _use: holder.Use | None = None  # counts this process as a user of the held registration
 
     @property
     def seedable(self) -> bool:
@@ -63,31 +70,35 @@ class PccHandle:
         return self.seed_fd is not None
 
     def close(self) -> None:
+        """Stop using pcc: the holder unregisters it once no ccswitch process uses it."""
         if self._obj:
             self._obj.close()
             self._obj = None
         elif self.seed_fd is not None:
             os.close(self.seed_fd)
         self.seed_fd = None
+        if self._use:
+            self._use.close()
+            self._use = None
 
 
-def _shared_pcc() -> PccHandle:
+def _shared_pcc(use: holder.Use | None = None) -> PccHandle:
     fd = find_map_by_name(SEED_MAP)
     if fd is not None:
-        return PccHandle(SHARED, fd)
+        return PccHandle(SHARED, fd, None, use)
     # without CAP_SYS_ADMIN the map ids cannot be walked: absence proves nothing
-    return PccHandle(SHARED_UNSEEDED if missing_capabilities(["CAP_SYS_ADMIN"]) else KERNEL, None)
+    return PccHandle(SHARED_UNSEEDED if missing_capabilities(["CAP_SYS_ADMIN"]) else KERNEL, None, None, use)
 
 
 @contextlib.contextmanager
 def pcc_held(needed: bool = True, on_error: Callable[[Exception], None] | None = None) -> Iterator[None]:
-    """Hold a PCC registration of this process for the block (nothing when not *needed*).
+    """Use PCC for the block (nothing when not *needed*): ensure_pcc() and close at the end.
 
-    PCC's registration is kernel-wide and belongs to the process that made it: when a run whose
-    daemon registered it ends, `pcc` is gone until another daemon registers it again, and a
-    concurrent run that starts a PCC flow in that moment fails ("unable to set TCP_CONGESTION").
-    Held by the process that starts the runs, it outlives every run.  *on_error*: called instead
-    of raising when the registration cannot be made (the runs then register it themselves)."""
+    The registration outlives each of its users (holder.py), so this is no longer what keeps a
+    run's PCC from vanishing when another run ends; held by the process that starts many runs, it
+    spares each of them registering PCC again (a verifier pass) when none overlap.  *on_error*:
+    called instead of raising when the registration cannot be made (the runs then register it
+    themselves)."""
     handle = None
     if needed:
         try:
@@ -103,22 +114,35 @@ def pcc_held(needed: bool = True, on_error: Callable[[Exception], None] | None =
             handle.close()
 
 
-def ensure_pcc(obj_path: Path = OBJ_PATH) -> PccHandle:
-    if "pcc" in available_ccas():
-        return _shared_pcc()
+def _register(obj_path: Path, use: holder.Use) -> PccHandle:
     obj = BpfObject(obj_path)
     try:
         obj.set_map_flags(STRUCT_OPS_MAP, BPF_F_LINK)
         obj.load()
-        obj.attach_struct_ops(STRUCT_OPS_MAP)
-        return PccHandle(OWN, obj.map(SEED_MAP).fd, obj)
-    except BpfError as e:
-        obj.close()
-        # Registration is kernel-wide: another process (a daemon in another namespace)
-        # registered "pcc" between our check and our attach.  Use theirs.
-        if e.errno == errno.EEXIST and "pcc" in available_ccas():
-            return _shared_pcc()
-        raise
+        link = obj.attach_struct_ops(STRUCT_OPS_MAP)
+        holder.start(NAME, link.fd)
+        return PccHandle(OWN, obj.map(SEED_MAP).fd, obj, use)
     except BaseException:
         obj.close()
+        raise
+
+
+def ensure_pcc(obj_path: Path = OBJ_PATH) -> PccHandle:
+    """Make pcc available (module docstring) until the handle is closed or this process ends."""
+    use = holder.Use(NAME)
+    try:
+        with holder.startup(NAME):
+            if NAME in available_ccas():
+                return _shared_pcc(use)
+            try:
+                return _register(obj_path, use)
+            except BpfError as e:
+                # Registration is kernel-wide: a process outside our start-up lock (a daemon in
+                # another mount namespace, an older ccswitch) registered "pcc" between our check
+                # and our attach.  Use theirs.
+                if e.errno == errno.EEXIST and NAME in available_ccas():
+                    return _shared_pcc(use)
+                raise
+    except BaseException:
+        use.close()
         raise

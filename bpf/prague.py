@@ -3,18 +3,25 @@
 Same order of preference as PCC (pcc.py), so loading is idempotent:
 1. the kernel already offers `prague` (another ccswitch process registered
    ours, or a real tcp_prague module): use it as it is;
-2. otherwise register ours through a struct_ops link owned by this process,
-   so the algorithm disappears with the process (also on SIGKILL).  Sockets
-   already running it keep running it; new selections fail until it is
+2. otherwise register ours and hand its struct_ops link to a holder process
+   (holder.py), which keeps `prague` registered for as long as any ccswitch
+   process holding a PragueHandle is alive (also when the one that registered
+   it exits or is SIGKILLed), and unregisters it after the last one.  Sockets
+   still running it then keep running it; new selections fail until it is
    registered again.
 
 Our registration's RTT independence (prague.bpf.c header) is set with
 PragueTunables: ensure_prague(tunables=...), PragueHandle.set_tunables(),
-`python -m ccswitch.bpf.prague --rtt-scaling/--rtt-target-ms`.
+`python -m ccswitch.bpf.prague --rtt-scaling/--rtt-target-ms`.  The process
+that registers applies its tunables before the attach, so no socket runs
+untuned; a later process gets the registration as it is (its `tunables`
+argument is ignored, its handle's set_tunables() refuses: they are the
+registrar's).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections.abc import Sequence
@@ -23,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ccswitch.bpf.libbpf import BPF_F_LINK, BpfObject, find_map_by_name
+from ccswitch.bpf import holder
+from ccswitch.bpf.libbpf import BPF_F_LINK, BpfError, BpfObject, find_map_by_name
 from ccswitch.host import available_ccas
 
 OBJ_PATH = Path(__file__).with_name("prague.bpf.o")
@@ -69,8 +77,9 @@ class PragueTunables:
 
 @dataclass
 class PragueHandle:
-    source: str  # "ccswitch" (ours, this process), "ccswitch-shared", "kernel"
+    source: str  # "ccswitch" (registered by this process, held by a holder), "ccswitch-shared", "kernel"
     _obj: BpfObject | None = None
+    _use: holder.Use | None = None  # counts this process as a user of the held registration
 
     def tunables(self) -> PragueTunables | None:
         """The RTT-independence settings of our registration (None if not ours)."""
@@ -88,30 +97,56 @@ class PragueHandle:
         m.update(struct.pack("<I", 0), t.pack())
 
     def close(self) -> None:
+        """Stop using prague: the holder unregisters it once no ccswitch process uses it."""
         if self._obj:
             self._obj.close()
             self._obj = None
+        if self._use:
+            self._use.close()
+            self._use = None
 
 
-def ensure_prague(obj_path: Path = OBJ_PATH, tunables: PragueTunables | None = None) -> PragueHandle:
-    """Make prague available (module docstring); `tunables` applies to our own registration only
-    (None: the object's defaults, PragueTunables())."""
-    if NAME in available_ccas():
-        ours = find_map_by_name(STRUCT_OPS_MAP)
-        if ours is not None:
-            os.close(ours)
-        return PragueHandle("ccswitch-shared" if ours is not None else "kernel")
+def _existing(use: holder.Use) -> PragueHandle:
+    """prague is registered: ours (its struct_ops map is live) or not ccswitch's."""
+    ours = find_map_by_name(STRUCT_OPS_MAP)
+    if ours is not None:
+        os.close(ours)
+    return PragueHandle("ccswitch-shared" if ours is not None else "kernel", None, use)
+
+
+def _register(obj_path: Path, tunables: PragueTunables | None, use: holder.Use) -> PragueHandle:
     obj = BpfObject(obj_path)
     try:
         obj.set_map_flags(STRUCT_OPS_MAP, BPF_F_LINK)
         obj.load()
-        handle = PragueHandle("ccswitch", obj)
+        handle = PragueHandle("ccswitch", obj, use)
         if tunables is not None:  # before the first socket can use it
             handle.set_tunables(tunables)
-        obj.attach_struct_ops(STRUCT_OPS_MAP)
+        link = obj.attach_struct_ops(STRUCT_OPS_MAP)
+        holder.start(NAME, link.fd)
         return handle
     except BaseException:
         obj.close()
+        raise
+
+
+def ensure_prague(obj_path: Path = OBJ_PATH, tunables: PragueTunables | None = None) -> PragueHandle:
+    """Make prague available (module docstring) until the handle is closed or this process ends;
+    `tunables` applies to our own registration only (None: the object's defaults, PragueTunables())."""
+    use = holder.Use(NAME)
+    try:
+        with holder.startup(NAME):
+            if NAME in available_ccas():
+                return _existing(use)
+            try:
+                return _register(obj_path, tunables, use)
+            except BpfError as e:
+                # registered outside our start-up lock (another mount namespace, an older ccswitch)
+                if e.errno == errno.EEXIST and NAME in available_ccas():
+                    return _existing(use)
+                raise
+    except BaseException:
+        use.close()
         raise
 
 
