@@ -20,6 +20,10 @@ any ccswitch process that asked for the algorithm is alive, and no longer:
   start a holder", so two processes racing never start two holders.  A registration made
   outside these locks (another mount namespace with its own /run, an older ccswitch) still
   answers the attach with EEXIST; callers keep handling that by sharing it.
+* namespace -- the holder moves to the host's network namespace (that of its oldest ancestor
+  it may see, PID 1 as a rule): started by a process inside a testbed namespace (a run's daemon)
+  it would otherwise die with it (delete_netns kills every process inside) and take the
+  registration from everyone.
 
 Why the caller registers and hands the link over, instead of the holder loading the object:
 errors (verifier, EPERM, EEXIST) surface in the caller as they always did; Prague's tunables
@@ -38,6 +42,7 @@ RuntimeDirectoryPreserve=yes).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import os
 import select
@@ -218,6 +223,48 @@ def _wait_unregistered(name: str, timeout_s: float = 1.0) -> None:
         time.sleep(0.02)
 
 
+CLONE_NEWNET = 0x40000000
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[1])  # after "pid (comm) state": ppid
+
+
+def _outermost_netns() -> int | None:
+    """An fd of the network namespace of our oldest ancestor whose namespace we may open: PID 1's on an
+    ordinary host; where PID 1's is not readable (ccswitchd without CAP_SYS_PTRACE; a sandbox whose
+    init holds more capabilities than root's shell), the oldest process of ours, which runs in the
+    host's namespace as a rule."""
+    found, pid = None, os.getpid()
+    while pid > 0:
+        with contextlib.suppress(OSError):
+            fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            if found is not None:
+                os.close(found)
+            found = fd
+        if pid == 1:
+            break
+        try:
+            pid = _parent(pid)
+        except (OSError, ValueError, IndexError):
+            break
+    return found
+
+
+def _to_outermost_netns() -> None:
+    """Leave the starter's network namespace (module docstring); without CAP_SYS_ADMIN it stays, and may
+    die with that namespace as its registrar would have before holders."""
+    fd = _outermost_netns()
+    if fd is None:
+        return
+    try:
+        if os.fstat(fd).st_ino != os.stat("/proc/self/ns/net").st_ino:
+            ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET)
+    finally:
+        os.close(fd)
+
+
 def hold(name: str, link_fd: int) -> None:
     """Keep link_fd open while the users file of `name` has a shared lock on it."""
     users = _open_lock(name, "users")
@@ -248,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"holder: error: --link-fd {args.link_fd}: {e}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # not the starter's terminal's to stop; SIGTERM is
+    _to_outermost_netns()  # while the starter is still our parent: its ancestors lead there
     if os.fork() > 0:  # the starter reaps this first fork; init reaps the holder
         os._exit(0)
     hold(args.name, args.link_fd)

@@ -1,11 +1,11 @@
 """DataPlane: the kernel side of ccswitch for one network namespace.
 
-Owns the monitor (sockops + sampling iterator), the switcher and the
-registrations of PCC and (prague=True) Prague, and releases all of them on
-close, on SIGTERM/SIGHUP (turned into SystemExit so that `with` blocks
-unwind) and on exceptions.  Nothing is
-pinned: if the process is killed outright the kernel drops every link with
-its fds.
+Owns the monitor (sockops + sampling iterator), the switcher and its use
+of PCC and (prague=True) Prague (registered if missing, kept by a holder
+process while any ccswitch process uses them: bpf/holder.py), and releases
+all of them on close, on SIGTERM/SIGHUP (turned into SystemExit so that
+`with` blocks unwind) and on exceptions.  Nothing is pinned: if the process
+is killed outright the kernel drops every link and lock with its fds.
 """
 
 from __future__ import annotations
@@ -135,7 +135,8 @@ class DataPlane:
             return refuse_without_ecn(mon.snapshot(), flows)
 
     def refresh_pcc(self) -> bool:
-        """Register PCC again when it vanished (the process that registered it exited).
+        """Register PCC again when it vanished although we use it: its holder was stopped (with the
+        ccswitchd unit that started it) or killed, or its link was detached from outside.
 
         Rebinds the switcher to the new registration's seed map.  Returns True
         when it re-registered.  A no-op for data planes opened with pcc=False.

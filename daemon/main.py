@@ -236,7 +236,7 @@ class Daemon:
                 self._reload(ctl)
             now = time.monotonic()
             if now >= next_tick:
-                # before deciding: a PCC whose registrar exited must not look
+                # before deciding: a PCC whose holder was stopped must not look
                 # unavailable to this tick's decision (one /proc read per tick)
                 self._check_pcc()
                 try:
@@ -271,8 +271,9 @@ class Daemon:
         try:
             if self.dp.refresh_pcc():
                 log.warning("pcc re-registered", extra={"fields": {
-                    "detail": "pcc vanished from the kernel (the process that registered it exited, or its "
-                              "struct_ops link was detached from outside); this daemon registered it again",
+                    "detail": "pcc vanished from the kernel (its holder process was stopped or killed, e.g. "
+                              "with the unit that started it, or its struct_ops link was detached from "
+                              "outside); this daemon registered it again",
                     "source": self.dp.pcc.source if self.dp.pcc else ""}})
                 self._warn_unseeded_pcc()  # lost the race to a daemon whose seed map it cannot see
                 trim_heap()  # loading pcc.bpf.o again: the start-up's libbpf garbage again

@@ -170,10 +170,12 @@ class DualPi2Env(gym.Env):
         make_default(self._topo.clients[1])    # client 2 sends L4S
 
     def _hold_prague(self) -> None:
-        """Register Prague unless it is (kernel-wide); the registration lives as long as the process that made
-        it, so a run elsewhere that made it and ended takes it away: checked again before every episode with
-        L4S flows (seen 27 Nov: a closed-loop run ending mid-training left 111 of 200 episodes without L4S
-        traffic, and the L:C term, which is 0 without L4S packets, rewarded it)."""
+        """Register Prague unless it is (kernel-wide), and count this process as its user: its holder keeps
+        it while any ccswitch process uses it (bpf/holder.py), so a run elsewhere that registered it and ended
+        no longer takes it away (seen 27 Nov before the holder: a closed-loop run ending mid-training left 111
+        of 200 episodes without L4S traffic, and the L:C term, which is 0 without L4S packets, rewarded it).
+        Still checked before every episode with L4S flows, as a cheap guard against a holder killed from
+        outside or a registration that is not ccswitch's going away."""
         from ccswitch.bpf.prague import ensure_prague
 
         with _PRAGUE_LOCK:

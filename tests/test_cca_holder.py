@@ -175,12 +175,39 @@ def test_holder_that_cannot_start_is_one_clear_error(monkeypatch: pytest.MonkeyP
     r, w = os.pipe()
     try:
         monkeypatch.setattr(holder, "MODULE", "ccswitch.bpf.no_such_holder")
-        use = holder.Use("ccst-none")
-        try:
-            with pytest.raises(holder.HolderError, match=r"did not start .*No module named"):
-                holder.start("ccst-none", w)
-        finally:
-            use.close()
+        with pytest.raises(holder.HolderError, match=r"did not start .*No module named"):
+            holder.start("ccst-none", w)
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_holder_outlives_the_namespace_of_its_registrar(unregistered) -> None:
+    """A run's daemon registers inside the run's namespace, and the run's end kills every process in
+    it (delete_netns): the holder it started has moved to the initial namespace and stays for B."""
+    from ccswitch.testbed.runs.netns import create_netns, delete_netns, nsenter_argv
+
+    unregistered("prague")
+    ns = f"ccs-hold{os.getpid() % 100000}"
+    create_netns(ns)
+    a = b = None
+    try:
+        a = subprocess.Popen(nsenter_argv(ns, [sys.executable, "-c", USER, "prague"]), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert a.stdout is not None and a.stdout.readline().split()[:1] == ["ccswitch"]
+        (pid,) = holder.running("prague")
+        assert os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat("/proc/self/ns/net").st_ino  # this test's: the host's
+        b = User("prague")
+        assert b.handle()[0] == "ccswitch-shared"
+        delete_netns(ns)  # kills A
+        a.wait(timeout=10)
+        assert b.new_socket() == "ok"
+        b.exit()
+        gone, holders = _gone_within("prague", GONE_WITHIN_S)
+        assert gone and not holders, (gone, holders)
+    finally:
+        delete_netns(ns)
+        for p in (a, b.proc if b else None):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()

@@ -277,9 +277,9 @@ def _pcc_after(code: str) -> bool:
 
 @pytest.mark.kernel
 def test_parallel_matrix_holds_pcc_so_a_run_ending_cannot_take_it_away(require) -> None:
-    """PCC's registration belongs to the process that made it.  Without a holder, a run's daemon
-    that registered it takes it away when it exits (the race that failed one of 60 parallel runs);
-    with --jobs > 1 the matrix process holds its own for the whole matrix."""
+    """A registration nobody uses any more ends (its holder exits: bpf/holder.py); while the matrix
+    process uses PCC (--jobs > 1) a run's process that shares it, and exits, leaves it registered
+    (before the holder, the run that registered it took it away: one of 60 parallel runs failed)."""
     from ccswitch.bpf.pcc import pcc_held  # what run_matrix holds with pcc_held(jobs > 1)
     from ccswitch.host import available_ccas
 

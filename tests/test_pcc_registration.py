@@ -1,8 +1,10 @@
 """PCC's registration is kernel-wide, so daemons in different namespaces share it and race for it.
 
-When the process that registered ``pcc`` exits, every daemon notices on its next
-tick (DataPlane.refresh_pcc) and tries to register it again; all but the first
-get EEXIST from the struct_ops link.  Seen in an end-to-end run: the losing
+When ``pcc`` vanishes (before bpf/holder.py: when the process that registered it
+exited; now: when its holder is stopped with the unit that started it), every
+daemon notices on its next tick (DataPlane.refresh_pcc) and tries to register it
+again; daemons that do not share the start-up lock (another mount namespace's
+/run) get EEXIST from the struct_ops link.  Seen in an end-to-end run: the losing
 daemon closed its switcher before the failed attempt and crashed on its next
 switch.  These tests pin the fix: the loser adopts the winner's registration,
 and a failed refresh leaves the working switcher in place.

@@ -402,8 +402,8 @@ def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, 
         else:
             from ccswitch.bpf.pcc import pcc_held
 
-            # parallel runs share this process's PCC registration: a run ending cannot take it from
-            # another (seen once in 60 runs of the test split)
+            # parallel runs share PCC's registration, which its holder keeps while any of them uses
+            # it (bpf/holder.py); held here too, it is registered (and verified) once per matrix
             with pcc_held(jobs > 1, on_error=_pcc_not_held):
                 outcomes = _run_local(todo, results, policy, timeout_s, jobs, prog, guard)
     finally:
@@ -418,8 +418,8 @@ def run_matrix(folder: Path, arms: Sequence[str], seeds: int, results: Path, *, 
 
 
 def _pcc_not_held(e: Exception) -> None:
-    print(f"matrix: cannot hold PCC for the parallel runs ({e}); a run that starts a PCC flow "
-          "while another run ends may fail (rerun resumes it)", file=sys.stderr)
+    print(f"matrix: cannot register PCC for the parallel runs ({e}); each run registers it itself",
+          file=sys.stderr)
 
 
 def _term_as_interrupt(signum: int, frame: Any) -> None:
