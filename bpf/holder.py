@@ -96,7 +96,8 @@ class Use:
 
     def __init__(self, name: str, timeout_s: float = USE_TIMEOUT_S):
         self.name = name
-        self._fd: int | None = _open_lock(name, "users")
+        self._fd: int | None = None
+        self._fd = _open_lock(name, "users")
         if not _flock_within(self._fd, fcntl.LOCK_SH, timeout_s):
             self.close()
             raise HolderError(
