@@ -12,6 +12,17 @@ from ccswitch.dataplane import DataPlane
 from ccswitch.testbed.runs.netns import nsenter_argv
 
 
+def unregistered_within(name: str, timeout_s: float = 2.0) -> bool:
+    """Whether congestion control `name` leaves the kernel within timeout_s: its holder (bpf/holder.py)
+    unregisters it within a poll (0.25 s) of its last user's end."""
+    from ccswitch.host import available_ccas
+
+    deadline = time.monotonic() + timeout_s
+    while name in available_ccas() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return name not in available_ccas()
+
+
 def sample_for(dp: DataPlane, seconds: float, sport: int, interval: float = 1.0) -> list[dict]:
     """Sample every `interval` for `seconds`; keep the rows of the flow with local port sport."""
     rows = []
