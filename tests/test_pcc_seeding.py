@@ -20,9 +20,10 @@ that no PCC reads; the kernel program still reports the write, and the result us
 * docs/daemon.md names every source value of bpf/pcc.py SOURCES (one definition).
 
 The PCC registration this test uses is ensure_pcc()'s: ours if none exists (closed at the end),
-or the one already on the host (only our fd to it is closed; never unregistered).  A shared one
-can vanish mid-test when its registrar (another test, a testbed daemon) exits; the process under
-test then registers PCC itself.  That breaks the precondition, not the feature: it is detected
+or the one already on the host (our handle counts as one of its users: bpf/holder.py).  A shared
+one can still vanish mid-test when its holder is stopped (with the ccswitchd unit that started it)
+or it is not held at all (registered by an older ccswitch); the process under test then registers
+PCC itself.  That breaks the precondition, not the feature: it is detected
 (`PccChanged`) and the test starts over with a fresh ensure_pcc(), up to ATTEMPTS times.  On a
 machine where nothing else registers PCC (CI) the first attempt holds our own registration.
 Timing: the flow is a loopback connection sending continuously from a thread, so it has an RTT
