@@ -12,7 +12,6 @@
 //! struct) keeps them in its `Default` impl: a missing field takes its value
 //! from there, so each default is written once.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -21,36 +20,16 @@ use serde_json::Value;
 use crate::trace::Trace;
 
 mod lfq;
+mod parse;
 mod pie;
+mod validate;
 mod vdq;
 pub use lfq::{ControlConfig, Lfq};
+use parse::{path_error, split_tag, sub};
 pub use pie::{FqDualPi2, FqPie, Pie};
+pub use validate::ConfigError;
+use validate::{flow_queues, non_negative, packet_limit, positive, probability};
 pub use vdq::{PolicyRule, VdqCsaqm, VDQ_POLICIES};
-
-/// A configuration error: the dotted path of the field and what is wrong.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConfigError {
-    pub field: String,
-    pub msg: String,
-}
-
-impl ConfigError {
-    pub fn new(field: impl Into<String>, msg: impl Into<String>) -> Self {
-        Self { field: field.into(), msg: msg.into() }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.field.is_empty() {
-            write!(f, "{}", self.msg)
-        } else {
-            write!(f, "{}: {}", self.field, self.msg)
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -485,38 +464,6 @@ impl<'de> Deserialize<'de> for Dist {
     }
 }
 
-/// Marks a nested field path inside a custom error message (see `from_json`).
-const PATH_MARK: char = '\u{1}';
-
-/// Take the tag field out of a tagged object; error on a missing/unknown tag.
-fn split_tag<E: serde::de::Error>(v: Value, tag: &str, kinds: &[&str]) -> Result<(String, Value), E> {
-    let Value::Object(mut m) = v else {
-        return Err(E::custom(format!("must be an object with a {tag:?} field")));
-    };
-    let expected = kinds.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
-    match m.remove(tag) {
-        Some(Value::String(s)) if kinds.contains(&s.as_str()) => Ok((s, Value::Object(m))),
-        Some(Value::String(s)) => {
-            Err(E::custom(format!("{PATH_MARK}{tag}{PATH_MARK}unknown {tag} `{s}`, expected one of {expected}")))
-        }
-        Some(_) => Err(E::custom(format!("{PATH_MARK}{tag}{PATH_MARK}must be a string, one of {expected}"))),
-        None => Err(E::custom(format!("missing field `{tag}` (one of {expected})"))),
-    }
-}
-
-/// Deserialize a variant's fields, keeping the path of a nested error.
-fn sub<T: serde::de::DeserializeOwned, E: serde::de::Error>(v: Value) -> Result<T, E> {
-    serde_path_to_error::deserialize(v).map_err(|e| {
-        let path = e.path().to_string();
-        let msg = e.into_inner().to_string();
-        if path == "." {
-            E::custom(msg)
-        } else {
-            E::custom(format!("{PATH_MARK}{path}{PATH_MARK}{msg}"))
-        }
-    })
-}
-
 /// Per-transmission PHY/MAC overheads.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -587,36 +534,7 @@ impl Config {
     /// Parse JSON text; errors carry the dotted path of the offending field.
     pub fn from_json(text: &str) -> Result<Config, ConfigError> {
         let de = &mut serde_json::Deserializer::from_str(text);
-        let cfg: Config = serde_path_to_error::deserialize(de).map_err(|e| {
-            let mut path = e.path().to_string();
-            let inner = e.into_inner();
-            let mut msg = inner.to_string();
-            if inner.is_data() {
-                // serde_json appends " at line L column C": the path says more.
-                if let Some(i) = msg.rfind(" at line ") {
-                    msg.truncate(i);
-                }
-            }
-            // A tagged object (qdisc, loss, dist) reports its nested field path
-            // between two PATH_MARKs at the start of the message.
-            if let Some(rest) = msg.strip_prefix(PATH_MARK) {
-                if let Some((sub, m)) = rest.split_once(PATH_MARK) {
-                    path = if path == "." { sub.to_string() } else { format!("{path}.{sub}") };
-                    msg = m.to_string();
-                }
-            }
-            if path == "." {
-                path.clear();
-            }
-            // "missing field `x`" is about x: name it in the path.
-            if let Some(rest) = msg.strip_prefix("missing field `") {
-                if let Some((name, tail)) = rest.split_once('`') {
-                    path = if path.is_empty() { name.to_string() } else { format!("{path}.{name}") };
-                    msg = format!("required field is missing{tail}");
-                }
-            }
-            ConfigError::new(path, msg)
-        })?;
+        let cfg: Config = serde_path_to_error::deserialize(de).map_err(path_error)?;
         Ok(cfg)
     }
 
@@ -692,27 +610,6 @@ impl Config {
 fn check_ifname(field: &str, name: &str) -> Result<(), ConfigError> {
     if name.is_empty() || name.len() > 15 || name.contains('/') || name.contains(char::is_whitespace) {
         return Err(ConfigError::new(field, format!("{name:?} is not a valid interface name")));
-    }
-    Ok(())
-}
-
-fn positive(field: &str, v: f64) -> Result<(), ConfigError> {
-    if !(v.is_finite() && v > 0.0) {
-        return Err(ConfigError::new(field, format!("must be a positive number, got {v}")));
-    }
-    Ok(())
-}
-
-fn non_negative(field: &str, v: f64) -> Result<(), ConfigError> {
-    if !(v.is_finite() && v >= 0.0) {
-        return Err(ConfigError::new(field, format!("must be >= 0, got {v}")));
-    }
-    Ok(())
-}
-
-fn probability(field: &str, v: f64) -> Result<(), ConfigError> {
-    if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
-        return Err(ConfigError::new(field, format!("must be a probability in [0, 1], got {v}")));
     }
     Ok(())
 }
@@ -845,27 +742,6 @@ impl QdiscConfig {
             _ => None,
         }
     }
-}
-
-/// Linux's ranges for fq_codel's `flows` and `quantum`.
-fn flow_queues(at: &str, flows: usize, quantum: usize) -> Result<(), ConfigError> {
-    if !(1..=65_536).contains(&flows) {
-        return Err(ConfigError::new(format!("{at}.flows"), format!("must be 1..65536 (default 1024), got {flows}")));
-    }
-    if !(256..=1 << 20).contains(&quantum) {
-        return Err(ConfigError::new(
-            format!("{at}.quantum"),
-            format!("must be 256..1048576 bytes (default 1514, one Ethernet frame), got {quantum}"),
-        ));
-    }
-    Ok(())
-}
-
-fn packet_limit(field: &str, v: usize) -> Result<(), ConfigError> {
-    if v == 0 || v > 10_000_000 {
-        return Err(ConfigError::new(field, format!("must be 1..10000000, got {v}")));
-    }
-    Ok(())
 }
 
 impl DualPi2 {

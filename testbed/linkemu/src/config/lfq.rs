@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{flow_queues, packet_limit, ConfigError};
+use super::validate::{flow_queues, packet_limit};
+use super::ConfigError;
 
 /// lfq: fq's per-flow queues with a per-flow limit settable at run time and
 /// paper 001's per-flow features (`qdisc/lfq.rs`).

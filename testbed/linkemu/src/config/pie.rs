@@ -6,7 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{flow_queues, packet_limit, ConfigError};
+use super::validate::{flow_queues, packet_limit};
+use super::ConfigError;
 
 /// pie: one FIFO under RFC 8033's PI controller, drop (or mark) at enqueue.
 #[derive(Debug, Clone, Serialize, Deserialize)]
