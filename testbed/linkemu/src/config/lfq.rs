@@ -1,5 +1,5 @@
-//! The configuration of the `lfq` qdisc and of the control socket (kept out
-//! of `config.rs`, which holds everything else, to keep files short).
+//! The configuration of the `lfq` qdisc and of the control socket, through
+//! which an agent sets lfq's per-flow limits at run time.
 
 use std::path::PathBuf;
 
