@@ -72,7 +72,7 @@ def _l_dscp(t: Table, classifier: str | None) -> tuple[int, ...] | None:
 
 
 def _dualpi2(t: Table, base_dir: Path | None = None) -> DualPi2:
-    """The dualpi2 qdisc table; ranges as linkemu checks them (config.rs DualPi2::validate)."""
+    """The dualpi2 qdisc table; ranges as linkemu checks them (config/dualpi2.rs DualPi2::validate)."""
     v = optional_fields(t, {"limit_pkts": ("int", 1, 10_000_000), "target_ms": ("pos", None, 60_000.0),
                             "tupdate_ms": ("num", 0.1, 60_000.0), "alpha_hz": ("pos", None, 1e9),
                             "beta_hz": ("num", 0.0, 1e9), "k": ("num", 0.5, 64.0),
@@ -122,11 +122,11 @@ def _agent(t: Table, base_dir: Path | None, kind: str = "dualpi2") -> Path | Non
 
 
 _FQ_QUEUES = {"flows": ("int", 1, 65_536), "quantum": ("int", 256, 1 << 20)}
-"""fq_codel's, fq's, lfq's and fq_pie's flow queues; ranges as linkemu checks them (config.rs flow_queues)."""
+"""fq_codel's, fq's, lfq's and fq_pie's flow queues; ranges as linkemu checks them (config/validate.rs flow_queues)."""
 
 
 def _fq_codel(t: Table) -> FqCodel:
-    """The fq_codel qdisc table (config.rs QdiscConfig::validate)."""
+    """The fq_codel qdisc table (config/qdisc.rs QdiscConfig::validate)."""
     v = optional_fields(t, {**_FQ_QUEUES, "target_ms": ("pos", None, 60_000.0), "interval_ms": ("pos", None, 60_000.0),
                             "limit_pkts": ("int", 1, 10_000_000), "ecn": ("bool", None, None)})
     t.done()
