@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import os
 import select
@@ -50,8 +51,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 RUN_DIR = Path("/run/ccswitch")
 POLL_S = 0.25  # the holder's look for users: the algorithm outlives its last user by this much
@@ -124,6 +126,31 @@ def startup(name: str, timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+H = TypeVar("H")
+
+
+def ensure(name: str, registered: Callable[[], bool], existing: Callable[[Use], H],
+           register: Callable[[Use], H]) -> H:
+    """The one protocol of ensure_prague() and ensure_pcc(): count this process as a user, then under
+    the start-up lock share the registration there is (`existing`) or make one and start its holder
+    (`register`).  An EEXIST from the attach means a registration made outside our lock (another mount
+    namespace with its own /run, an older ccswitch): shared as well.  The Use is the handle's to close."""
+    use = Use(name)
+    try:
+        with startup(name):
+            if registered():
+                return existing(use)
+            try:
+                return register(use)
+            except Exception as e:
+                if getattr(e, "errno", None) == errno.EEXIST and registered():
+                    return existing(use)
+                raise
+    except BaseException:
+        use.close()
+        raise
 
 
 def _holder_env() -> dict[str, str]:

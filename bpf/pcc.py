@@ -21,14 +21,13 @@ Order of preference, so that loading is idempotent and never duplicates:
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ccswitch.bpf import holder
-from ccswitch.bpf.libbpf import BPF_F_LINK, BpfError, BpfObject, find_map_by_name, missing_capabilities
+from ccswitch.bpf.libbpf import BPF_F_LINK, BpfObject, find_map_by_name, missing_capabilities
 from ccswitch.host import available_ccas
 
 OBJ_PATH = Path(__file__).with_name("pcc.bpf.o")
@@ -129,20 +128,6 @@ def _register(obj_path: Path, use: holder.Use) -> PccHandle:
 
 def ensure_pcc(obj_path: Path = OBJ_PATH) -> PccHandle:
     """Make pcc available (module docstring) until the handle is closed or this process ends."""
-    use = holder.Use(NAME)
-    try:
-        with holder.startup(NAME):
-            if NAME in available_ccas():
-                return _shared_pcc(use)
-            try:
-                return _register(obj_path, use)
-            except BpfError as e:
-                # Registration is kernel-wide: a process outside our start-up lock (a daemon in
-                # another mount namespace, an older ccswitch) registered "pcc" between our check
-                # and our attach.  Use theirs.
-                if e.errno == errno.EEXIST and NAME in available_ccas():
-                    return _shared_pcc(use)
-                raise
-    except BaseException:
-        use.close()
-        raise
+    # available_ccas looked up at call time: tests replace it to stage the registration race
+    return holder.ensure(NAME, lambda: NAME in available_ccas(), _shared_pcc,
+                         lambda use: _register(obj_path, use))

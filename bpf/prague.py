@@ -21,7 +21,6 @@ registrar's).
 
 from __future__ import annotations
 
-import errno
 import os
 import struct
 from collections.abc import Sequence
@@ -31,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ccswitch.bpf import holder
-from ccswitch.bpf.libbpf import BPF_F_LINK, BpfError, BpfObject, find_map_by_name
+from ccswitch.bpf.libbpf import BPF_F_LINK, BpfObject, find_map_by_name
 from ccswitch.host import available_ccas
 
 OBJ_PATH = Path(__file__).with_name("prague.bpf.o")
@@ -133,21 +132,8 @@ def _register(obj_path: Path, tunables: PragueTunables | None, use: holder.Use) 
 def ensure_prague(obj_path: Path = OBJ_PATH, tunables: PragueTunables | None = None) -> PragueHandle:
     """Make prague available (module docstring) until the handle is closed or this process ends;
     `tunables` applies to our own registration only (None: the object's defaults, PragueTunables())."""
-    use = holder.Use(NAME)
-    try:
-        with holder.startup(NAME):
-            if NAME in available_ccas():
-                return _existing(use)
-            try:
-                return _register(obj_path, tunables, use)
-            except BpfError as e:
-                # registered outside our start-up lock (another mount namespace, an older ccswitch)
-                if e.errno == errno.EEXIST and NAME in available_ccas():
-                    return _existing(use)
-                raise
-    except BaseException:
-        use.close()
-        raise
+    return holder.ensure(NAME, lambda: NAME in available_ccas(), _existing,
+                         lambda use: _register(obj_path, tunables, use))
 
 
 # tcp_sock.ecn_flags (prague.h): RFC 3168 or AccECN feedback negotiated

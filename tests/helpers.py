@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import time
 import uuid
 from pathlib import Path
+from types import ModuleType
 
 from ccswitch.dataplane import DataPlane
 from ccswitch.testbed.runs.netns import nsenter_argv
+
+
+def load_bench(name: str) -> ModuleType:
+    """bench/NAME.py as a module (the benches are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def unregistered_within(name: str, timeout_s: float = 2.0) -> bool:

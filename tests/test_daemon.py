@@ -10,7 +10,6 @@ a poll with a deadline, not a fixed sleep.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -27,6 +26,8 @@ import pytest
 from ccswitch.daemon.protocol import ProtocolError, request
 from ccswitch.schema import FLOW_SAMPLE_SCHEMA
 from ccswitch.testbed.runs.netns import nsenter_argv, popen_in
+
+from helpers import load_bench
 
 pytestmark = pytest.mark.kernel
 REPO = Path(__file__).resolve().parents[1]
@@ -312,10 +313,7 @@ def test_socket_churn_leaks_nothing() -> None:
     tick time p99 <= 1 s, i.e. within 5 ticks.  The bench's 100 ms p99 is a speed target, checked by
     the bench on a quiet machine; here the connection generator shares the 2 cores with the daemon
     and any other load (248 ms p99 seen at load average 9), so the test bounds only falling behind."""
-    spec = importlib.util.spec_from_file_location("daemon_churn", REPO / "bench" / "daemon_churn.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("daemon_churn")
     res = mod.run(rate=1000, seconds=10, quiet=True)
     assert res["connections"] >= 5000, res  # the generator got close to its rate
     assert not [bad for bad in mod.check(res) if "tick" not in bad], res

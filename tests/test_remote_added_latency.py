@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,17 +9,15 @@ from types import ModuleType
 
 import pytest
 
+from helpers import load_bench
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench" / "remote_added_latency.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("remote_added_latency", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("remote_added_latency")
 
 
 def test_defaults_unchanged(bench: ModuleType) -> None:

@@ -3,24 +3,18 @@ run folder (paper 003 Table 2's ratio from the controlled flow's RTT over the ru
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-BENCH = REPO / "bench" / "rltcp_closed_loop.py"
+from helpers import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rltcp_closed_loop", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("rltcp_closed_loop")
 
 
 def test_arm_queues(bench: ModuleType) -> None:

@@ -134,6 +134,7 @@ def run_metrics(run_dir: Path) -> dict[str, Any]:
         "p_mean": q.get("p_prime_mean", math.nan),
         "lc": [p.lc_ratio for p in r.phases if p.lc_ratio == p.lc_ratio],
         "agent_steps": agent.get("steps"), "agent_error": agent.get("error"),
+        "phases": r.phases,
     }
 
 
@@ -180,7 +181,7 @@ def report(out: Path, doc: Path, png: Path) -> int:
             f"{a_d:.2f} % vs {p_d:.2f} %: {ok[a_d <= p_d]} | {d_cell} | "
             f"{ok[all(lc_within(rows[cca, 'A3C', s]['lc']) for s in seeds)]}; "
             f"{ok[all(lc_within(rows[cca, 'PI', s]['lc']) for s in seeds)]} |")
-    text = "\n".join(lines + verdict + drops_by_phase(out, rows)) + "\n"
+    text = "\n".join(lines + verdict + drops_by_phase(rows)) + "\n"
     _plot(out, png, rows)
     if doc is not None:
         doc.parent.mkdir(parents=True, exist_ok=True)
@@ -193,7 +194,7 @@ BASE_RTT_MS = 10.0
 """The dynamic template's base RTT (5 ms each way): the Classic RTT is this plus the C queue's sojourn."""
 
 
-def drops_by_phase(out: Path, rows: dict[tuple[str, str, int], dict[str, Any]]) -> list[str]:
+def drops_by_phase(rows: dict[tuple[str, str, int], dict[str, Any]]) -> list[str]:
     """Classic drops per phase, agent over PI of the same seed: observed, and predicted by the Classic
     response function (rate ~ 1/(RTT sqrt(p)), so p ~ 1/(rate x RTT)^2) from the Classic flows' per-flow
     rate and RTT.  Tells whether the agent's extra drops are the price of moving rate between the classes
@@ -202,9 +203,7 @@ def drops_by_phase(out: Path, rows: dict[tuple[str, str, int], dict[str, Any]]) 
     for cca, arm, seed in rows:
         if arm != "A3C" or (cca, "PI", seed) not in rows:
             continue
-        phases = zip(analyse(out / f"{cca}-A3C" / f"seed-{seed}").phases,
-                     analyse(out / f"{cca}-PI" / f"seed-{seed}").phases, strict=False)
-        for a, p in phases:
+        for a, p in zip(rows[cca, "A3C", seed]["phases"], rows[cca, "PI", seed]["phases"], strict=False):
             ra, rp = a.per_flow_mbps.get("Classic"), p.per_flow_mbps.get("Classic")
             da, dp = a.drops_pct.get("Classic"), p.drops_pct.get("Classic")
             if not (ra and rp and da and dp):
