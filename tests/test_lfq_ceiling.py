@@ -1,0 +1,66 @@
+"""What the logged LFQ experiments support (models/lfq_ceiling.py), on synthetic experiments with a known optimum.
+
+The synthetic flows earn b x (1 - 0.06 x octaves from their optimum^2) with no queue term, the optimum at
+k x BDP: with k = 1 for Reno and 0.43 for CUBIC (the textbook buffer needs) the privileged critic must find
+a Reno:CUBIC ratio near 1 / 0.43 = 2.3 and a limit that follows the BDP; with the same k for both, a ratio
+near 1.  Tolerances: the critic sees 600 noisy samples (2 % of b noise) over a log-uniform limit grid and
+picks its argmax on a grid of 5 points per octave, so the ratio is read to within ~+-20 %.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ccswitch.models.lfq_actor import ALPHA, reward
+from ccswitch.models.lfq_ceiling import analyse, reward_at
+
+
+def _rows(k_reno: float, k_cubic: float, n: int = 600, seed: int = 3) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        b, rtt = rng.uniform(5, 25), rng.uniform(5, 25)
+        cca = str(rng.choice(["reno", "cubic"]))
+        bdp = b * 1e6 / 8 * rtt / 1e3 / 1500
+        opt = max(1.0, (k_reno if cca == "reno" else k_cubic) * bdp)
+        lim = max(1, round(2 ** rng.uniform(0, 8)))
+        u = max(0.05, 1 - 0.06 * (math.log2(lim) - math.log2(opt)) ** 2) + rng.normal(0, 0.02)
+        rows.append({"draw": {"bandwidth_mbit": b, "rtt_ms": rtt, "cca": cca, "t_exp_s": rng.uniform(1, 3)},
+                     "limit_exp": lim, "bdp_pkts": bdp, "throughput_mbit": b * u, "mean_queue_pkts": 0.0})
+    return rows
+
+
+def test_reward_at_is_the_actors_reward_at_the_shipped_price() -> None:
+    row = {"throughput_mbit": 12.0, "mean_queue_pkts": 7.5}
+    assert reward_at(row, ALPHA) == pytest.approx(reward(12e6 / 8, 7.5))
+    assert reward_at(row, 0.0) == pytest.approx(1.5)
+
+
+def test_finds_the_textbook_ratio_and_the_bdp_dependence() -> None:
+    res = analyse(_rows(1.0, 0.43), [ALPHA], critics=2, epochs=60)[ALPHA]
+    s = res["privileged"]
+    assert 1.8 <= s["reno_cubic"] <= 2.9, s
+    assert s["reno"]["corr_bdp_pkts"] >= 0.85, s
+    assert s["reno"]["limit_over_bdp_median"] == pytest.approx(1.0, abs=0.3)
+    # no model: in every BDP tercile Reno's best octave is at least CUBIC's
+    best = res["best_octaves"]
+    for (cca, tercile), octave in best.items():
+        if cca == "reno":
+            assert octave[0] >= best[("cubic", tercile)][0]
+
+
+def test_no_ratio_where_the_ccas_need_the_same_buffer() -> None:
+    s = analyse(_rows(0.7, 0.7), [ALPHA], critics=2, epochs=60)[ALPHA]["privileged"]
+    assert 0.75 <= s["reno_cubic"] <= 1.33, s
+
+
+def test_missing_samples_file_is_one_clear_error(tmp_path) -> None:
+    p = subprocess.run([sys.executable, "-m", "ccswitch.models.lfq_ceiling", "--data", str(tmp_path / "no.jsonl")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2
+    assert "no samples file" in p.stderr and "lfq_train collect" in p.stderr
