@@ -177,3 +177,16 @@ def test_p004_aligns_seeds_and_evaluates_targets(tmp_path: Path) -> None:
     assert tg["Gold:Silver 1:4 within 25 %"].met is None
     md = p004_tables.markdown(cells, meta, p004_targets.targets(cells))
     assert "| 20-40 s | 2-1 | VDQ-CSAQM | 2 |" in md and "not run" in md
+
+
+def test_p004_reads_a_variants_twins_under_the_templates_names(tmp_path: Path) -> None:
+    dyn = [("C1", 1, "cubic", 0, 80, 20.0), ("L1", 2, "prague", 0, 80, 25.0)]
+    fake_run(tmp_path, "l4s-dyn-cubic-vs-prague", dyn, l_ms=0.4, c_ms=15.0)  # the 5 ms original: not read
+    fake_run(tmp_path, "l4s-dyn-cubic-vs-prague-rtt40", dyn, l_ms=0.4, c_ms=12.0)
+    fake_run(tmp_path, "l4s-dyn-cubic-vs-prague-rtt40-vdq", dyn, l_ms=0.3, c_ms=9.0)
+    cells, meta = p004_cells.collect(tmp_path, "-rtt40")
+    assert set(cells) == {("l4s-dyn-cubic-vs-prague", "dualpi2"), ("l4s-dyn-cubic-vs-prague", "vdq_csaqm")}
+    assert set(meta) == {"l4s-dyn-cubic-vs-prague-rtt40", "l4s-dyn-cubic-vs-prague-rtt40-vdq"}
+    c_means = {q: cs[0].phases[0].delay_ms["Classic"]["mean"] for (_, q), cs in cells.items()}
+    assert c_means == {"dualpi2": pytest.approx(12.0), "vdq_csaqm": pytest.approx(9.0)}
+

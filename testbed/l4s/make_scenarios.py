@@ -50,6 +50,9 @@ and three templates are written for both queues:
   0.9 C: 35:10).
 
     .venv/bin/python testbed/l4s/make_scenarios.py --queue vdq_csaqm   # only the vdq_csaqm files
+
+**Scaled RTT** (``-rtt40``): the ``dyn`` templates for both queues and ``goldsilver`` again at 40 ms
+base RTT, so that each flow's window matches paper 004's at 1 Gbit/s (SCALED_ONE_WAY_MS).
 """
 
 from __future__ import annotations
@@ -63,6 +66,10 @@ RATE_MBIT = 50.0
 PHASE_S = 20.0
 BASE_ONE_WAY_MS = 2.5
 """Uplink + downlink delay = 5 ms RTT (paper 004's base RTT)."""
+SCALED_ONE_WAY_MS = 20.0
+"""The ``-rtt40`` variants' one-way delays (40 ms base RTT): the fair-share window of each of 8 flows at
+50 Mbit/s is then ~21 packets, as in paper 004's 10-10 phase at 1 Gbit/s and 5 ms (the 5 ms files give 2.6:
+a scalable CCA at 2-3 packets needs ~2/W = 70-100 % of its packets marked to hold still, docs/l4s.md)."""
 LONG_RTT_EXTRA_MS = 35.0
 """Extra delay of the 40 ms clients (on their ACKs, as paper 004 delayed ACKs with netem)."""
 L4S_CCA = "prague"
@@ -175,7 +182,7 @@ def qdisc_toml(coupling: float | None = None, agent: str | None = None, queue: s
 def scenario(name: str, description: str, header: str, groups: list[Group], *, daemon_clients: tuple[int, ...] = (),
              client_delay_ms: list[float] | None = None, duration_s: float | None = None,
              tshark: bool = False, k: float | None = None, agent: str | None = None, queue: str = "dualpi2",
-             silver_clients: tuple[int, ...] = ()) -> str:
+             silver_clients: tuple[int, ...] = (), one_way_ms: float = BASE_ONE_WAY_MS) -> str:
     n_phases = len(groups[0].counts)
     duration = duration_s if duration_s is not None else n_phases * PHASE_S
     clients = max(g.client for g in groups)
@@ -193,16 +200,16 @@ def scenario(name: str, description: str, header: str, groups: list[Group], *, d
             + (f"\n# clients {', '.join(map(str, silver_clients))} Silver, the others Gold)," if silver_clients
                else " every flow Gold),"))
     lines += ["", f"# {what}",
-              f"# {RATE_MBIT:g} Mbit/s, {2 * BASE_ONE_WAY_MS:g} ms base RTT.  L4S = DSCP {PRAGUE_DSCP} "
+              f"# {RATE_MBIT:g} Mbit/s, {2 * one_way_ms:g} ms base RTT.  L4S = DSCP {PRAGUE_DSCP} "
               "(ccswitch's Prague cannot send ECT(1) on this kernel).",
               "[link]", 'emulator = "linkemu"']
     if client_delay_ms is not None:
         lines.append("client_delay_ms = [" + ", ".join(f"{d:g}" for d in client_delay_ms) + "]"
                      "   # extra delay on each client's ACKs")
-    lines += ["", "[link.uplink]", f"rate_mbit = {RATE_MBIT:g}", f"delay_ms = {BASE_ONE_WAY_MS:g}",
+    lines += ["", "[link.uplink]", f"rate_mbit = {RATE_MBIT:g}", f"delay_ms = {one_way_ms:g}",
               f"qdisc = {qdisc_toml(k, agent, queue, silver_clients)}", "",
               "[link.downlink]               # ACKs: not the bottleneck", f"rate_mbit = {RATE_MBIT:g}",
-              f"delay_ms = {BASE_ONE_WAY_MS:g}", 'qdisc = { kind = "pfifo", limit_pkts = 1000 }']
+              f"delay_ms = {one_way_ms:g}", 'qdisc = { kind = "pfifo", limit_pkts = 1000 }']
     for g in groups:
         for j, (start, end) in enumerate(lifetimes(g.counts), 1):
             end = min(end, duration)
@@ -232,6 +239,12 @@ def all_scenarios(queues: tuple[str, ...] = QUEUES) -> dict[str, str]:
                     f"# client 2: prague (L4S, L queue).  docs/l4s.md \"## Experiments\".")
             out[name + sfx] = scenario(name + sfx, f"{cca} vs prague through {label}, L4S-Classic flows {counts}",
                                        head, groups, queue=queue)
+            # The same at 40 ms: paper 004's per-flow window at 50 Mbit/s (SCALED_ONE_WAY_MS).
+            scaled = f"{name}-rtt40{sfx}"
+            out[scaled] = scenario(
+                scaled, f"{cca} vs prague through {label}, 40 ms base RTT, L4S-Classic flows {counts}",
+                head.replace("equal RTT (", f"equal RTT {2 * SCALED_ONE_WAY_MS:g} ms ("), groups, queue=queue,
+                one_way_ms=SCALED_ONE_WAY_MS)
             # With ccswitchd on the classic client: host switching combined with each router queue (issue 13).
             out[name + sfx + "-daemon"] = scenario(
                 name + sfx + "-daemon", f"{cca} (ccswitchd) vs prague through {label}, L4S-Classic flows {counts}",
@@ -268,6 +281,10 @@ def all_scenarios(queues: tuple[str, ...] = QUEUES) -> dict[str, str]:
                     "# with one flow of each, 1:2 with four flows at 50 Mbit/s.  docs/l4s.md \"Paper 004\".")
             out[name] = scenario(name, "Gold vs Silver (cubic, then prague too, then prague) through VDQ-CSAQM",
                                  head, groups, queue=queue, silver_clients=(2, 4))
+            name = "l4s-goldsilver-cubic-prague-rtt40-vdq"
+            out[name] = scenario(name, "Gold vs Silver through VDQ-CSAQM, 40 ms base RTT", head.replace(
+                "(paper 004 figs. 5-6, scaled)", "(paper 004 figs. 5-6, scaled; 40 ms)"), groups, queue=queue,
+                silver_clients=(2, 4), one_way_ms=SCALED_ONE_WAY_MS)
     if "dualpi2" not in queues:
         return out
     for k in K_VARIANTS:  # paper 000: k sets the L4S:Classic ratio

@@ -106,15 +106,19 @@ def max_class_share(p: Any, by_cca: bool) -> float:
     return max(vals) / p.fair_mbps if vals and p.fair_mbps > 0 else math.nan
 
 
-def collect(results: Path) -> tuple[dict[tuple[str, str], list[Cell]], dict[str, list[dict[str, Any]]]]:
-    """Cells per (template, queue), ordered by slot; and each scenario's run.json records."""
+def collect(results: Path, variant: str = "") -> tuple[dict[tuple[str, str], list[Cell]],
+                                                      dict[str, list[dict[str, Any]]]]:
+    """Cells per (template, queue), ordered by slot; and each scenario's run.json records.
+
+    *variant* reads each template's twin of that suffix instead (``-rtt40``: make_scenarios.py's scaled RTT);
+    the cells keep the template's own name, so the targets read them as they read the originals."""
     cells: dict[tuple[str, str], list[Cell]] = {}
     meta: dict[str, list[dict[str, Any]]] = {}
     for t in TEMPLATES:
         for q in QUEUES:
             if q == "dualpi2" and t in VDQ_ONLY:
                 continue
-            name = scenario_name(t, q)
+            name = scenario_name(t + variant, q)
             runs = seed_runs(results, name)
             if not runs:
                 continue
