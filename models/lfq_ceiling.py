@@ -35,6 +35,7 @@ TensorFlow (the ``train`` extra); ~1 min per ALPHA on one core.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -105,8 +106,9 @@ def privileged_optimum(rows: Sequence[dict[str, Any]], y: np.ndarray, *, seed: i
     """Per logged state, the limit maximising the privileged critic ensemble's mean (module docstring)."""
     import tensorflow as tf
 
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    with contextlib.suppress(RuntimeError):  # TF already initialised by the caller (e.g. a test session)
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.keras.utils.set_random_seed(seed)
     rng = np.random.default_rng(seed)
     c = privileged_inputs(rows)
