@@ -170,11 +170,12 @@ def action_for(limit: float) -> float:
     return 2.0 * (lg - LOG2_MIN) / (LOG2_MAX - LOG2_MIN) - 1.0
 
 
-def reward(throughput_bps: float, mean_queue_pkts: float) -> float:
-    """Paper 001's reward over the rest of a flow: (throughput [B/s] - ALPHA * queue * MTU) / 1e6.
+def reward(throughput_bps: float, mean_queue_pkts: float, alpha: float = ALPHA) -> float:
+    """Paper 001's reward over the rest of a flow: (throughput [B/s] - alpha * queue * MTU) / 1e6.
 
-    *throughput_bps* in bytes per second (as the authors' ``sent_bytes / time``)."""
-    return (throughput_bps - ALPHA * mean_queue_pkts * MTU) / 1e6
+    *throughput_bps* in bytes per second (as the authors' ``sent_bytes / time``); *alpha* the queue's
+    price, 1/s (the shipped ALPHA; models/lfq_ceiling.py tries others)."""
+    return (throughput_bps - alpha * mean_queue_pkts * MTU) / 1e6
 
 
 # ----------------------------------------------------------------- actor ---

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from .lfq_actor import MTU, action_for, limit_for
+from .lfq_actor import action_for, limit_for, reward
 
 CRITICS = 5          # ensemble size (each on a bootstrap of the samples)
 HIDDEN = (64, 64)    # hidden layers (leaky ReLU), as lfq_train's critics
@@ -59,8 +59,8 @@ BDP_TERCILES = (0.0, 8.0, 20.0, 1e9)
 
 
 def reward_at(row: dict[str, Any], alpha: float) -> float:
-    """Paper 001's reward of a logged experiment at queue price *alpha* (lfq_actor.reward's form)."""
-    return (row["throughput_mbit"] * 1e6 / 8 - alpha * row["mean_queue_pkts"] * MTU) / 1e6
+    """Paper 001's reward (lfq_actor.reward) of a logged experiment at queue price *alpha*."""
+    return reward(row["throughput_mbit"] * 1e6 / 8, row["mean_queue_pkts"], alpha)
 
 
 def normalised(rows: Sequence[dict[str, Any]], alpha: float) -> np.ndarray:

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from .lfq_actor import DERIVED_FEATURES, OBS_FEATURES, action_for, derived, limit_for, load_actor, save_actor
+from .lfq_ceiling import LATE_S, limit_stats
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = Path("results/lfq/train.jsonl")
@@ -227,15 +228,10 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
 
 def _fit_summary(rows: list[dict[str, Any]], limits: list[int]) -> dict[str, Any]:
     """The actor's limit on the logged states against the flow's BDP, per CCA (late states only)."""
-    out: dict[str, Any] = {}
-    for cca in ("reno", "cubic"):
-        pick = [(r["bdp_pkts"], lim) for r, lim in zip(rows, limits, strict=True)
-                if r["draw"]["cca"] == cca and r["draw"]["t_exp_s"] >= 1.0]
-        if len(pick) > 2:
-            b, lim = np.array(pick).T
-            out[cca] = {"n": len(pick), "mean_limit": round(float(lim.mean()), 2),
-                        "corr_limit_bdp": round(float(np.corrcoef(b, lim)[0, 1]), 3)}
-    return out
+    stats = limit_stats(rows, np.array(limits))
+    return {cca: {"n": st["n"], "mean_limit": round(st["mean_limit"], 2),
+                  "corr_limit_bdp": round(st["corr_bdp_pkts"], 3)}
+            for cca, st in stats.items() if cca in ("reno", "cubic")}
 
 
 def _plot(path: Path, curves: dict[str, Any], rows: list[dict[str, Any]], limits: list[int]) -> None:
@@ -255,7 +251,7 @@ def _plot(path: Path, curves: dict[str, Any], rows: list[dict[str, Any]], limits
     ax[1].set(title="actor: mean Q(s, actor(s)) - pessimism x std", xlabel="epoch", ylabel="reward")
     for cca, c in (("reno", "C0"), ("cubic", "C3")):
         pts = [(r["bdp_pkts"], lim) for r, lim in zip(rows, limits, strict=True)
-               if r["draw"]["cca"] == cca and r["draw"]["t_exp_s"] >= 1.0]
+               if r["draw"]["cca"] == cca and r["draw"]["t_exp_s"] >= LATE_S]
         if pts:
             b, lim = np.array(pts).T
             ax[2].scatter(b, lim, s=8, color=c, alpha=0.6, label=cca)
