@@ -340,7 +340,7 @@ min_age_s = 0.5
 def test_heuristic_explores_a_lone_real_flow(bottleneck, server, tmp_path: Path) -> None:
     """The heuristic on one real CUBIC flow (nothing else on its path to learn from) tries bbr and
     pcc on the live socket ("explore: trying ..."), each for the dwell time, so the record shows the
-    flow under all three.  (Fake-clock counterpart: tests/test_daemon_unit.py.)  Timing: a round is
+    flow under all three.  (Fake-clock counterpart: tests/test_daemon_controller.py.)  Timing: a round is
     2 x max(dwell, evaluation) = 2 s of decisions; 20 s allows a loaded machine 10x slower ticks."""
     d = Daemon(bottleneck.sender, tmp_path, HEURISTIC)
     client = iperf(bottleneck, server, 9, "cubic")
