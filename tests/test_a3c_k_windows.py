@@ -1,4 +1,4 @@
-"""k's window credit for the A3C DualPI2 trainer (models/a3c_k_windows.py, a3c_dualpi2.k_window_gradients).
+"""k's window credit for the A3C DualPI2 trainer (models/a3c_k_windows.py, a3c_networks.k_window_gradients).
 
 Unit tests: the window bookkeeping, the leave-one-out advantage, and that the episode-end update moves k's
 mean towards the better k on a synthetic bandit (the sign and the baseline of the estimator).  The real

@@ -1,4 +1,4 @@
-"""The A3C trainer's networks (models/a3c_dualpi2.py): the mean head's initial scale, the inputs per observation.
+"""The A3C trainer's networks (models/a3c_networks.py): the mean head's initial scale, the inputs per observation.
 
 ``--mean-init-scale`` small makes the untrained actor plain DualPI2 (a = 0: the PI's p' and RFC 9332's k = 2)
 in every state, so training starts from the baseline instead of a random constant offset.  Unit test of the
