@@ -39,7 +39,10 @@
 //! while the arrivals outrun the VQ's slightly-below-capacity service and
 //! falls back to 0 once the VQ drains below D_i: only the lowest-valued
 //! share of the traffic is hit, and a flow's share of packets above the CTV
-//! (its policy and rate) sets its throughput.
+//! (its policy and rate) sets its throughput - if the CTV were steady.  It
+//! is not: it is 0 at most updates and, when set, usually cuts into Gold's
+//! values as well as Silver's, so Gold:Silver comes out ~2:1, not 4:1
+//! (README).
 //!
 //! **Deviations** (all documented in README.md): the marker's rate is an
 //! exponentially decaying average (the paper: "a short timescale"); the TVF
@@ -71,6 +74,21 @@ use crate::time::Nanos;
 /// Queue 0: L4S; Queue 1: Classic (the paper's numbering).
 pub const L: usize = 0;
 pub const C: usize = 1;
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only: both CTVs held at this coded value instead of the VQs'
+    /// (a steady CTV, to tell the marker's shares from the CTV's dynamics).
+    pub(super) static PINNED_CTV: std::cell::Cell<Option<u16>> = const { std::cell::Cell::new(None) };
+}
+
+/// The CTV a test pinned, if any.
+fn pinned_ctv() -> Option<u32> {
+    #[cfg(test)]
+    return PINNED_CTV.with(|p| p.get()).map(u32::from);
+    #[cfg(not(test))]
+    None
+}
 
 /// Per-class counters for summary.json.
 #[derive(Debug, Default, Clone)]
@@ -230,7 +248,7 @@ impl VdqCsaqm {
     pub fn update_ctvs(&mut self, now: Nanos) {
         self.serve_idle(now);
         for j in 0..2 {
-            self.ctv[j] = self.vq[j].ctv();
+            self.ctv[j] = pinned_ctv().unwrap_or_else(|| self.vq[j].ctv());
             self.ctv_sum[j] += self.ctv[j] as f64;
             self.ctv_max[j] = self.ctv_max[j].max(self.ctv[j]);
         }

@@ -379,10 +379,9 @@ fn gold_gets_more_than_silver_as_the_policy_orders() {
     let agg = (lg + cg) / (ls + cs);
     // Tolerance: Gold must get at least 1.8x Silver in each class and in all
     // (the policy's order, well away from 1:1), and at most the policy's 4x
-    // (+10 %): with two flows per class the CTV is set in bursts (CTV_1 = 0 a
-    // good half of the 10-ms updates, module comment), so each sender's share
-    // comes from how it answers a burst of marks or drops that hits both
-    // flows, which pulls the ratio from 4 towards 2 (README, "Deviations").
+    // (+10 %): the paper's CTV is episodic (0 at most updates, below Gold's
+    // rate too when set), so both classes are cut in the same episodes,
+    // which pulls the ratio from 4 towards 2 (README; the next test).
     for (what, ratio) in [("L4S", lg / ls), ("Classic", cg / cs), ("all", agg)] {
         assert!((1.8..=4.4).contains(&ratio), "{what}: Gold/Silver = {ratio:.2}");
     }
@@ -463,4 +462,68 @@ fn control_state_shows_the_ctvs_and_the_marked_flows() {
     assert_eq!(flows[0].queue, 1, "Classic");
     assert!(st.params.iter().any(|p| p == &("ctv_classic", Scalar::U(0))));
     assert!(st.params.iter().any(|p| p == &("ctv_classic_gold_mbit", Scalar::S("unlimited"))));
+}
+
+/// Gold:Silver of `n` Gold and `n` Silver senders of one kind (sports 1.., 101..)
+/// at `rate_mbit`, over 5..20 s, with the CTV pinned at Gold's rate `pin_mbit`
+/// if given: (Gold / Silver throughput, Gold's and Silver's share of packets
+/// dropped or marked, the share of CTV_0/CTV_1 updates at 0, utilisation).
+fn gold_silver(mk: fn(u16) -> Sender, n: u16, rate_mbit: f64, pin_mbit: Option<f64>) -> (f64, f64, f64, f64, f64) {
+    use crate::qdisc::pv_marker::gold_value;
+    use crate::qdisc::vdq_csaqm::PINNED_CTV;
+    let senders: Vec<Sender> = (0..n).flat_map(|i| [mk(1 + i), mk(101 + i)]).collect();
+    let rules: Vec<String> = (0..n).map(|i| format!(r#"{{"policy": "silver", "sport": {}}}"#, 101 + i)).collect();
+    let q = vdq(&format!(r#", "policies": [{}]"#, rules.join(", ")));
+    PINNED_CTV.with(|p| p.set(pin_mbit.map(|g| gold_value(g * 1e6))));
+    let r = run(&q, rate_mbit, &senders, 20 * S, 5 * S);
+    PINNED_CTV.with(|p| p.set(None));
+    let sum = |from: u16| (from..from + n).map(|s| r.mbit(s)).sum::<f64>();
+    let hit = |from: u16| {
+        let (mut acted, mut all) = (0, 0);
+        for f in (from..from + n).map(|s| &r.flows[&s]) {
+            acted += f.marks + f.drops;
+            all += f.pkts_out + f.drops;
+        }
+        acted as f64 / all as f64
+    };
+    let late: Vec<_> = r.ctv.iter().filter(|c| c.0 >= 5 * S).collect();
+    let idle = late.iter().filter(|c| c.1.max(c.2) == 0).count() as f64 / late.len() as f64;
+    (sum(1) / sum(101), hit(1), hit(101), idle, r.total_mbit() / rate_mbit)
+}
+
+#[test]
+fn a_steady_ctv_gives_four_to_one_the_papers_episodic_ctv_about_two() {
+    // Why Gold:Silver is ~2:1 (Reno-like) and ~1.3:1 (DCTCP-like), not the
+    // policy's 4:1 (README, vdq_csaqm).  Gold + Silver pairs, 60 Mbit/s per
+    // pair, 5 ms RTT.  Measured: the paper's CTV Reno 2.40 (n=1), 2.67 (n=5),
+    // DCTCP 1.36; the same senders and marker with the CTV pinned at Gold's
+    // 0.8 C / n (0.7 for DCTCP): Reno 3.94, DCTCP 2.87.  At 50..70 Mbit/s per
+    // pair (other packet timings) the paper's ratios stay within 2.27..2.67
+    // (Reno) and 1.30..1.44 (DCTCP), the pinned Reno within 3.87..3.94: the
+    // bounds are those +-25 %.  So the marker, the TVFs and the senders
+    // realise ~4:1 under a steady CTV; the paper's CTV is 0 at most updates
+    // and, when set, lies below Gold's rate too, so both classes are cut in
+    // the same episodes and the depth of each cut, not the policy, sets the
+    // ratio.
+    let reno = Sender::reno as fn(u16) -> Sender;
+    let dctcp = Sender::dctcp as fn(u16) -> Sender;
+    let (ratio, _, _, idle, util) = gold_silver(reno, 1, 60.0, None);
+    println!("reno paper: {ratio:.2}, CTV 0 at {idle:.2} of updates, utilisation {util:.2}");
+    assert!((1.8..3.0).contains(&ratio) && idle > 0.5 && util > 0.95, "{ratio} {idle} {util}");
+    let (ratio5, ..) = gold_silver(reno, 5, 300.0, None);
+    println!("reno paper n=5: {ratio5:.2}");
+    assert!((1.8..3.0).contains(&ratio5), "more flows per class do not approach 4:1: {ratio5}");
+    let (pinned, ..) = gold_silver(reno, 1, 60.0, Some(0.8 * 60.0));
+    println!("reno pinned: {pinned:.2}");
+    assert!((3.0..5.0).contains(&pinned), "{pinned}");
+    // DCTCP's window ~ 1 / (its marked fraction), so the ratio is Silver's
+    // marked fraction over Gold's.  The paper's CTV_0 marks Gold almost as
+    // often as Silver (30 % vs 37 %); pinned, Gold is marked only above its
+    // entitlement (2.3 % vs 27 %).
+    let (ratio, g, s, idle, _) = gold_silver(dctcp, 1, 60.0, None);
+    println!("dctcp paper: {ratio:.2}, marked gold {g:.3} silver {s:.3}, CTV 0 at {idle:.2}");
+    assert!((1.0..1.8).contains(&ratio) && g > 0.6 * s && idle > 0.3, "{ratio} {g} {s} {idle}");
+    let (pinned, g, s, ..) = gold_silver(dctcp, 1, 60.0, Some(0.7 * 60.0));
+    println!("dctcp pinned: {pinned:.2}, marked gold {g:.3} silver {s:.3}");
+    assert!(pinned > 2.2 && g < 0.25 * s, "{pinned} {g} {s}");
 }
