@@ -14,7 +14,7 @@ import numpy as np
 
 from ccswitch.envs.dualpi2_env import ConditionSpace, DualPi2Env
 from ccswitch.models.a3c_hyperparameters import Hyperparameters
-from ccswitch.models.a3c_output import _read_csv, _write_csv, plot_curve
+from ccswitch.models.a3c_output import plot_curve, read_csv, write_csv
 from ccswitch.models.dualpi2_actor import action_dims, load_actor
 
 __all__ = ["compare", "pi_baseline"]
@@ -54,7 +54,7 @@ def compare(actor_path: Path, episodes: int, out: Path, *, seed: int = 7, steps:
                     print(f"compare {i}/{episodes} {ctrl:5s} reward/step {total / steps:+.3f} "
                           f"C delay {m['classic_delay_ms']:.1f} ms util {m['utilisation']:.3f} "
                           f"drops {100 * m['classic_drop_frac']:.2f} % [{cond.label()}]", flush=True)
-    _write_csv(out / "compare.csv", rows)
+    write_csv(out / "compare.csv", rows)
     return rows
 
 
@@ -69,7 +69,7 @@ def pi_baseline(run_dir: Path, *, workers: int = 2, progress: bool = True) -> li
     record = json.loads((run_dir / "record.json").read_text())
     hp = Hyperparameters(**{"warmup_s": 0.0, "w_lc": 0.5, "obs": "base", **{k: tuple(v) if isinstance(v, list) else v
                                                for k, v in record["hyperparameters"].items()}})
-    curve = _read_csv(run_dir / "curve.csv")
+    curve = read_csv(run_dir / "curve.csv")
     todo = [int(r["episode"]) for r in curve]
     rows: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -111,7 +111,7 @@ def pi_baseline(run_dir: Path, *, workers: int = 2, progress: bool = True) -> li
     finally:
         handle.close()
     rows.sort(key=lambda r: r["episode"])
-    _write_csv(run_dir / "pi_baseline.csv", rows)
+    write_csv(run_dir / "pi_baseline.csv", rows)
     plot_curve([{**r, "mean_reward": float(r["mean_reward"])} for r in curve], run_dir / "curve.png",
                baseline={int(r["episode"]): float(r["mean_reward"]) for r in rows})
     return rows

@@ -12,10 +12,10 @@ import numpy as np
 from ccswitch.models.a3c_hyperparameters import Hyperparameters
 from ccswitch.models.dualpi2_actor import action_dims, features_for
 
-__all__ = ["build_networks", "export_mean_network", "k_window_gradients"]
+__all__ = ["build_networks", "export_mean_network", "k_window_gradients", "quiet_tensorflow"]
 
 
-def _quiet_tensorflow() -> None:
+def quiet_tensorflow() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 

@@ -9,15 +9,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["plot_curve"]
+__all__ = ["plot_curve", "read_csv", "write_csv"]
 
 
-def _read_csv(path: Path) -> list[dict[str, Any]]:
+def read_csv(path: Path) -> list[dict[str, Any]]:
     with path.open(newline="") as f:
         return list(csv.DictReader(f))
 
 
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()

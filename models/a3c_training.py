@@ -18,8 +18,8 @@ import numpy as np
 from ccswitch.envs.dualpi2_env import Condition, ConditionSpace, DualPi2Env
 from ccswitch.models.a3c_hyperparameters import Hyperparameters
 from ccswitch.models.a3c_k_windows import KWindows
-from ccswitch.models.a3c_networks import _quiet_tensorflow, build_networks, export_mean_network, k_window_gradients
-from ccswitch.models.a3c_output import _write_csv, plot_curve
+from ccswitch.models.a3c_networks import build_networks, export_mean_network, k_window_gradients, quiet_tensorflow
+from ccswitch.models.a3c_output import plot_curve, write_csv
 from ccswitch.models.dualpi2_actor import action_dims, k_output, save_actor
 from ccswitch.testbed.runs.netns_lifecycle import sigterm_as_exit
 
@@ -178,7 +178,7 @@ def worker(shared: Shared, index: int, workdir: Path, progress: bool) -> None:
 
 def train(hp: Hyperparameters, out: Path, *, progress: bool = True) -> Path:
     """Train with *hp*; writes actor.json, curve.csv, curve.png and record.json into *out*."""
-    _quiet_tensorflow()
+    quiet_tensorflow()
     import keras
     import tensorflow as tf
 
@@ -213,9 +213,9 @@ def train(hp: Hyperparameters, out: Path, *, progress: bool = True) -> Path:
     if not shared.curve:
         raise RuntimeError("no episode finished: " + "; ".join(shared.errors))
     curve = sorted(shared.curve, key=lambda r: r["episode"])
-    _write_csv(out / "curve.csv", curve)
+    write_csv(out / "curve.csv", curve)
     if shared.k_draws:  # the window credit's raw material: does a higher a_k score better or worse?
-        _write_csv(out / "k_draws.csv", sorted(shared.k_draws, key=lambda r: r["episode"]))
+        write_csv(out / "k_draws.csv", sorted(shared.k_draws, key=lambda r: r["episode"]))
     kernels, biases = export_mean_network(shared.actor)
     record = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hyperparameters": hp.as_dict(),

@@ -83,7 +83,7 @@ from typing import Any
 import numpy as np
 
 # The definitions, re-exported: callers import them from here (`X as X`: neither in __all__ nor used here).
-from .dualpi2_observer import _F32, STATE_KEYS, STATE_KEYS_K, STATE_KEYS_KF, Observer, state_keys_for
+from .dualpi2_observer import F32, STATE_KEYS, STATE_KEYS_K, STATE_KEYS_KF, Observer, state_keys_for
 from .dualpi2_reward import LC_CAP as LC_CAP
 from .dualpi2_reward import lc_imbalance, reward, reward_k
 from .dualpi2_spaces import (
@@ -173,14 +173,14 @@ class Actor:
     def act(self, obs: np.ndarray) -> float:
         # np.dot, not @: for a vector and a matrix both are one BLAS gemv (the same numbers, checked by
         # tests/test_dualpi2_agent.py against @), and np.dot is the cheaper call (issue 14).
-        x = obs if type(obs) is np.ndarray and obs.dtype is _F32 else np.asarray(obs, dtype=np.float32)
+        x = obs if type(obs) is np.ndarray and obs.dtype is F32 else np.asarray(obs, dtype=np.float32)
         for k, b in zip(self.kernels[:-1], self.biases[:-1], strict=True):
             x = np.maximum(np.dot(x, k) + b, 0.0)
         return float(np.tanh(np.dot(x, self.kernels[-1]) + self.biases[-1])[0])
 
     def act_all(self, obs: np.ndarray) -> tuple[float, ...]:
         """Every output (``residual-k``: (factor, k)); the first is :meth:`act`'s."""
-        x = obs if type(obs) is np.ndarray and obs.dtype is _F32 else np.asarray(obs, dtype=np.float32)
+        x = obs if type(obs) is np.ndarray and obs.dtype is F32 else np.asarray(obs, dtype=np.float32)
         for k, b in zip(self.kernels[:-1], self.biases[:-1], strict=True):
             x = np.maximum(np.dot(x, k) + b, 0.0)
         return tuple(map(float, np.tanh(np.dot(x, self.kernels[-1]) + self.biases[-1])))

@@ -14,7 +14,7 @@ import numpy as np
 
 from .dualpi2_spaces import CLIP, K_MODES, OBS_FEATURES, P_MIN, SHARE_EMA, features_for
 
-__all__ = ["STATE_KEYS", "STATE_KEYS_K", "STATE_KEYS_KF", "Observer", "state_keys_for"]
+__all__ = ["F32", "STATE_KEYS", "STATE_KEYS_K", "STATE_KEYS_KF", "Observer", "state_keys_for"]
 
 
 def _num(d: Mapping[str, Any], key: str) -> float:
@@ -34,7 +34,7 @@ STATE_KEYS_K: tuple[str, ...] = (*STATE_KEYS, "k")
 """What ``residual-k``'s observer reads (STATE_KEYS and the coupling factor now)."""
 STATE_KEYS_KF: tuple[str, ...] = (*STATE_KEYS_K, "l4s_flows", "classic_flows")
 """What the observer reads with ``observation = "flows"`` (STATE_KEYS_K and the active flows per class)."""
-_F32 = np.dtype(np.float32)  # a dtype object: given np.float32, numpy looks the dtype up on every call
+F32 = np.dtype(np.float32)  # a dtype object: given np.float32, numpy looks the dtype up on every call
 _PLAIN_NUMBERS = frozenset((int, float, bool))
 _ZEROS = (0.0,) * len(_COUNTERS)
 _LOWS, _HIGHS = (CLIP[0],) * len(OBS_FEATURES), (CLIP[1],) * len(OBS_FEATURES)
@@ -111,7 +111,7 @@ class Observer:
             10.0 * raw["classic_mark_frac"],
             raw["l4s_mark_frac"],
             classic_delay - self._prev_delay if prev is not None else 0.0,
-        ), _LOWS), _HIGHS), _F32, len(OBS_FEATURES))
+        ), _LOWS), _HIGHS), F32, len(OBS_FEATURES))
         if self.extended:
             obs = self._extend(obs, raw, d, c_in - c_drops, l_in, prev is not None)
         # An empty state leaves no counters to count from (as the first state).
@@ -136,8 +136,8 @@ class Observer:
             n_l, n_c = max(_num(d, "l4s_flows"), 0.0), max(_num(d, "classic_flows"), 0.0)
             raw.update(l4s_flows=n_l, classic_flows=n_c)
             extra += [math.log2(1.0 + n_l) / 4.0, math.log2(1.0 + n_c) / 4.0]
-        extra = np.array(extra, _F32)
-        return np.clip(np.concatenate((obs, extra)), CLIP[0], CLIP[1]).astype(_F32)
+        extra = np.array(extra, F32)
+        return np.clip(np.concatenate((obs, extra)), CLIP[0], CLIP[1]).astype(F32)
 
 
 def state_keys_for(mode: str, obs: str = "base") -> tuple[str, ...]:

@@ -15,7 +15,7 @@ class Clock:
         return self.t
 
 
-def _table(rows: list[dict]) -> pa.Table:
+def flow_table(rows: list[dict]) -> pa.Table:
     base = {f.name: (0.0 if pa.types.is_floating(f.type) else ("" if pa.types.is_string(f.type) else 0))
             for f in FLOW_SAMPLE_SCHEMA}
     return pa.Table.from_pylist([{**base, **r} for r in rows], schema=FLOW_SAMPLE_SCHEMA)

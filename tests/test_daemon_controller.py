@@ -17,7 +17,7 @@ from ccswitch.daemon.config import parse_config
 from ccswitch.daemon.policies import build_decider
 from ccswitch.daemon.recorder import Recorder
 
-from daemon_fakes import Clock, _table
+from daemon_fakes import Clock, flow_table
 
 
 class FakePlane:
@@ -34,7 +34,7 @@ class FakePlane:
         self.switches: list[tuple[int, str]] = []
 
     def sample(self) -> pa.Table:
-        return _table([{"flow_id": f, "dst": self.dst, "cca": c, "state": 1, "interval_s": 1.0,
+        return flow_table([{"flow_id": f, "dst": self.dst, "cca": c, "state": 1, "interval_s": 1.0,
                         "throughput_bps": self.mbps[c] * 1e6, "rtt_us": 20e3, "sndq_bytes": 1000,
                         "sent_segs": 100, "rtt_ratio": 1.0} for f, c in self.cca.items()])
 
@@ -175,7 +175,7 @@ class LossyPlane(FakePlane):
         self.loss, self.cwnd, self.rtt_ratio = loss, cwnd, rtt_ratio or {}
 
     def sample(self) -> pa.Table:
-        return _table([{"flow_id": f, "dst": self.dst, "cca": c, "state": 1, "interval_s": 1.0,
+        return flow_table([{"flow_id": f, "dst": self.dst, "cca": c, "state": 1, "interval_s": 1.0,
                         "throughput_bps": self.mbps[c] * 1e6, "rtt_us": 40e3, "sndq_bytes": 1000,
                         "sent_segs": 1000, "retrans_segs": round(1000 * self.loss[f]), "loss_rate": self.loss[f],
                         "rtt_ratio": self.rtt_ratio.get(f, 2.0),
@@ -270,7 +270,7 @@ def test_vectorised_keep_paths_decide_like_the_guard() -> None:
 
         def sample(self) -> pa.Table:
             n = len(self.cca)
-            return _table([{"flow_id": f, "dst": f"10.0.0.{f % 4}", "cca": c, "state": 1, "interval_s": 1.0,
+            return flow_table([{"flow_id": f, "dst": f"10.0.0.{f % 4}", "cca": c, "state": 1, "interval_s": 1.0,
                             "throughput_bps": float(t), "rtt_us": float(r), "sndq_bytes": 1000, "sent_segs": 100,
                             "rtt_ratio": float(q), "loss_rate": float(lo)}
                            for (f, c), t, r, q, lo in zip(self.cca.items(), self.rng.uniform(1e5, 5e7, n),

@@ -27,7 +27,7 @@ from ccswitch.envs.reward import RewardConfig, eval_scores, reward
 from ccswitch.models.policy import PolicyError
 from ccswitch.schema import FLOW_SAMPLE_SCHEMA
 
-from daemon_fakes import _table
+from daemon_fakes import flow_table
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,7 @@ def _write(p: Path, text: str) -> Path:
 
 # --------------------------------------------------------- data functions
 def test_aggregate_means_over_time_and_sums_counters() -> None:
-    t = _table([
+    t = flow_table([
         {"flow_id": 1, "interval_s": 0.2, "throughput_bps": 10e6, "sent_segs": 100, "retrans_segs": 0,
          "rtt_us": 1000.0, "jitter_us": 100.0, "rtt_samples": 11, "cca": "cubic"},
         {"flow_id": 2, "interval_s": 0.2, "throughput_bps": 1e6, "sent_segs": 10, "cca": "bbr", "jitter_us": math.nan},
@@ -112,7 +112,7 @@ def test_aggregate_means_over_time_and_sums_counters() -> None:
 
 
 def test_vectorised_reward_equals_envs_reward() -> None:
-    t = _table([
+    t = flow_table([
         {"flow_id": 1, "dst": "10.0.0.2", "throughput_bps": 30e6, "rtt_us": 20e3, "loss_rate": 0.01,
          "sndq_bytes": 1},
         {"flow_id": 2, "dst": "10.0.0.2", "throughput_bps": 10e6, "rtt_us": 25e3, "loss_rate": 0.0, "sndq_bytes": 1},
@@ -150,17 +150,17 @@ def test_batched_eval_scores_equal_paper_function() -> None:
 
 def test_heuristic_scores_only_what_it_has_seen() -> None:
     h = HeuristicDecider(memory_s=10)
-    t = _table([{"flow_id": 1, "dst": "a", "throughput_bps": 10e6, "rtt_us": 10e3, "cca": "cubic"},
+    t = flow_table([{"flow_id": 1, "dst": "a", "throughput_bps": 10e6, "rtt_us": 10e3, "cca": "cubic"},
                 {"flow_id": 2, "dst": "a", "throughput_bps": 30e6, "rtt_us": 10e3, "cca": "bbr"}])
     s = h.scores(t, np.zeros(2, dtype=np.int64), now=0.0)
     # flow 1 sees bbr through flow 2 on the same path: bbr scores higher; pcc unknown
     assert s.values[0, 1] > s.values[0, 0] and np.isnan(s.values[0, 2])
     # later the flow's own memory of bbr wins over the path mean; stale memories are dropped
-    t2 = _table([{"flow_id": 1, "dst": "a", "throughput_bps": 5e6, "rtt_us": 10e3, "cca": "bbr"}])
+    t2 = flow_table([{"flow_id": 1, "dst": "a", "throughput_bps": 5e6, "rtt_us": 10e3, "cca": "bbr"}])
     s2 = h.scores(t2, np.zeros(1, dtype=np.int64), now=20.0)
     assert np.isnan(s2.values[0, 0]) and s2.values[0, 1] == pytest.approx(1.0)
     # an idle connection on the path (iperf3's control connection on pcc) is no measurement of pcc
-    t3 = _table([{"flow_id": 3, "dst": "a", "throughput_bps": 20e6, "rtt_us": 10e3, "cca": "cubic"},
+    t3 = flow_table([{"flow_id": 3, "dst": "a", "throughput_bps": 20e6, "rtt_us": 10e3, "cca": "cubic"},
                  {"flow_id": 4, "dst": "a", "throughput_bps": 1e3, "sndq_bytes": 0, "cca": "pcc"}])
     assert np.isnan(h.scores(t3, np.zeros(2, dtype=np.int64), now=30.0).values[0, 2])
 
@@ -168,9 +168,9 @@ def test_heuristic_scores_only_what_it_has_seen() -> None:
 def test_recorder_refuses_an_existing_record_and_writes_readable_files(tmp_path: Path) -> None:
     rec = tmp_path / "r.parquet"
     with Recorder(rec, tmp_path / "d.jsonl") as r:
-        r.samples(_table([{"flow_id": 1}]))
+        r.samples(flow_table([{"flow_id": 1}]))
         r.samples(FLOW_SAMPLE_SCHEMA.empty_table())
-        r.samples(_table([{"flow_id": 2}]))
+        r.samples(flow_table([{"flow_id": 2}]))
         r.decision({"flow": 1, "q": {"cubic": math.nan}})
     t = pq.read_table(rec)
     assert t.schema.equals(FLOW_SAMPLE_SCHEMA) and t.num_rows == 2
@@ -196,7 +196,7 @@ def test_live_observations_equal_the_envs_builder() -> None:
         present = pool[rng.random(len(pool)) < (0.3 if step % 7 else 0.9)]
         present = rng.permutation(present[: 40 + step * 3])
         n = len(present)
-        t = _table([{"flow_id": int(f), "throughput_bps": float(rng.uniform(0, 5e7)),
+        t = flow_table([{"flow_id": int(f), "throughput_bps": float(rng.uniform(0, 5e7)),
                      "rtt_us": float(rng.uniform(1e3, 1e5)), "rtt_ratio": float(rng.uniform(1, 4)),
                      "loss_rate": float(rng.uniform(0, 0.05)),
                      "jitter_us": float(rng.uniform(0, 5e3)) if i % 5 else math.nan,
@@ -236,7 +236,7 @@ def test_flow_selector_ports_and_prefixes() -> None:
     from ccswitch.daemon.selection import FlowSelector
 
     cfg = {**defaults().flows, "dst_prefixes": ["10.0.0.0/24", "fd00::/8"], "ports": [5201]}
-    t = _table([{"flow_id": i + 1, "dst": d, "dport": p} for i, (d, p) in enumerate(
+    t = flow_table([{"flow_id": i + 1, "dst": d, "dport": p} for i, (d, p) in enumerate(
         [("10.0.0.5", 5201), ("10.0.1.5", 5201), ("fd00::1", 5201), ("10.0.0.9", 22), ("10.0.0.5", 5201)])])
     assert FlowSelector(cfg).select(t).tolist() == [True, False, True, False, True]
     assert FlowSelector(defaults().flows).select(t).all()
