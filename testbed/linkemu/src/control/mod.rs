@@ -69,6 +69,8 @@ pub mod parse;
 pub mod render;
 pub mod server;
 #[cfg(test)]
+mod socket_tests;
+#[cfg(test)]
 mod tests;
 
 use serde_json::Value;

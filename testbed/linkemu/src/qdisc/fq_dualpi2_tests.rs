@@ -2,12 +2,12 @@
 //! the classifier (a non-zero ECN field to the L queue of the 5-tuple's
 //! pair, Not-ECT to its C queue), the isolation of pairs, the coupling
 //! (L4S marks follow k p', Classic drops p'^2) and, through a real link with
-//! the DCTCP-like and Reno-like senders of `vdq_tests.rs`, the L queue held
+//! the DCTCP-like and Reno-like senders of `vdq_sim.rs`, the L queue held
 //! near its 1 ms step while the C queue sits near the PIE target.
 
 use super::control::{Scalar, SetParams};
 use super::fq_dualpi2::{FqDualPi2, C, L};
-use super::vdq_tests::{run, Sender, LEN};
+use super::vdq_sim::{run, Sender, LEN};
 use super::Qdisc;
 use crate::config::QdiscConfig;
 use crate::packet::{build, Ecn, Packet, QClass};

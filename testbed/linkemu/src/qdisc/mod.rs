@@ -53,7 +53,7 @@
 //! ([`pv_marker`]: per-flow rate and policy) and drops or marks by
 //! congestion threshold values computed from two virtual queues
 //! ([`vdq_vq`]) over an L4S and a Classic FIFO ([`vdq_csaqm`]); its
-//! virtual-time tests are in `vdq_tests.rs`.
+//! virtual-time tests are in `vdq_tests.rs` (their harness: `vdq_sim.rs`).
 //!
 //! fq_dualpi2 (paper 000) hashes flows into pairs of an L4S and a Classic
 //! FIFO ([`drr::FlowQueues`] with two FIFOs per slot), each pair coupled
@@ -91,6 +91,8 @@ pub mod pie;
 mod pie_tests;
 pub mod pv_marker;
 pub mod vdq_csaqm;
+#[cfg(test)]
+mod vdq_sim;
 #[cfg(test)]
 mod vdq_tests;
 pub mod vdq_vq;
