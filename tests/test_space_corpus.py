@@ -113,6 +113,8 @@ def test_ceiling_of_one_cca_per_condition(replay: ReplayCorpus) -> None:
     assert all(best.mean() >= o.static[:, a].mean() for a in range(3))
     got = cross_validated_choice(o.context, o)
     assert np.all((got >= o.static.min(1) - 1e-12) & (got <= best + 1e-12))
+    # meeting the targets includes the min-share one
+    assert np.all(o.static[o.met] >= 0.8) and 0 < o.met.sum() < o.met.size
     # every scenario's conditions share its outcome (min share is a property of the whole run)
     for g in set(o.groups):
         rows = o.static[o.groups == g]
