@@ -249,6 +249,7 @@ class Daemon:
                         raise RuntimeError(f"{errors} ticks in a row failed, last: {e}") from e
                 if self.cfg.daemon["watchdog"]:
                     self.notifier.watchdog()
+                server.drop_expired()  # silent control connections, when no other request comes
                 next_tick += ctl.tick_s
                 if next_tick < time.monotonic():  # overran: skip, do not burst
                     next_tick = time.monotonic() + ctl.tick_s

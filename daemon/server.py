@@ -146,6 +146,7 @@ class ControlServer:
     def serve_ready(self) -> None:
         """Accept every pending connection: refuse strangers at once, queue the others."""
         assert self.sock is not None
+        self.drop_expired()
         while True:
             try:
                 conn, _ = self.sock.accept()
@@ -203,6 +204,12 @@ class ControlServer:
                 self._finish(p, {"v": VERSION, "ok": False, "error": "bad request: message too large"})
             elif not chunk or p.buf.endswith(b"\n"):
                 self._finish(p, self._respond(p))
+        self.drop_expired()
+
+    def drop_expired(self) -> None:
+        """Close the connections whose request did not arrive in time.  Called on every daemon tick
+        as well, so silent connections give back their descriptors when nothing else arrives, and
+        before a new connection is counted against MAX_PENDING, so that they never make it busy."""
         now = time.monotonic()
         for p in [p for p in self._pending.values() if now > p.deadline]:
             log.debug("control connection timed out", extra={"fields": {"uid": p.uid}})
