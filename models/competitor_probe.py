@@ -43,7 +43,7 @@ import numpy as np
 from ccswitch.datasets.trace import FlowBins, bin_flows, find_captures
 from ccswitch.envs.replay import ReplayCorpus
 
-from .ceiling import Outcomes, cross_validated_labels, fit_softmax, outcomes, predict, scenario_folds, subset
+from .ceiling import FOLDS, Outcomes, cross_validated_labels, fit_softmax, outcomes, predict, scenario_folds, subset
 
 OBS_FROM_S = 2.0
 """Start of the window: after the flows connect (envs/replay.py's warm-up)."""
@@ -159,7 +159,7 @@ def cross_validated_single_counter(x: np.ndarray, label: np.ndarray, groups: np.
     fewer-parameter sibling, for a corpus of ~60 scenarios."""
     folds = scenario_folds(groups)
     got = np.empty(len(label), dtype=bool)
-    for f in range(int(folds.max()) + 1):
+    for f in range(FOLDS):
         tr, te = folds != f, folds == f
         j = int(np.nanargmax([abs(auc(x[tr, j], label[tr]) - 0.5) for j in range(x.shape[1])]))
         got[te] = predict(fit_softmax(x[tr, j:j + 1], label[tr].astype(np.int64), 2), x[te, j:j + 1]).astype(bool)
@@ -181,9 +181,21 @@ def rule_pick(rule: str, present: np.ndarray, actions: Sequence[str]) -> np.ndar
     return np.where(present, actions.index(yes), actions.index(no))
 
 
+def guessed_kinds(p: Probe, n_actions: int) -> dict[tuple[str, int, str], np.ndarray]:
+    """Each kind as the classifiers guess it, per starting arm: (kind, arm, "every" | "one") -> bool [N]."""
+    o, out = p.outcomes, {}
+    for k, label in p.kinds.items():
+        for a in range(n_actions):
+            x = p.counters[a]
+            out[k, a, "every"] = cross_validated_labels(x, label.astype(np.int64), o.groups, 2).astype(bool)
+            out[k, a, "one"] = cross_validated_single_counter(x, label, o.groups)
+    return out
+
+
 def report(p: Probe, actions: Sequence[str]) -> str:
     o, n = p.outcomes, len(p.outcomes.ids)
     rng = np.random.default_rng(SEED)
+    guess = guessed_kinds(p, len(actions))
     lines = [f"{n} population conditions of {len(set(o.groups))} scenarios; counters of the agent flow over "
              f"{OBS_FROM_S:g}-{OBS_TO_S:g} s under each starting CCA.  Accuracy: cross-validated by scenario.", "",
              "| kind of competitor | flow on | best single counter | AUC | no-information range "
@@ -195,8 +207,7 @@ def report(p: Probe, actions: Sequence[str]) -> str:
             aucs = [auc(x[:, j], label) for j in range(x.shape[1])]
             j = int(np.nanargmax(np.abs(np.array(aucs) - 0.5)))
             lo, hi = null_auc_range(x[:, j], label, o.groups, rng)
-            every = (cross_validated_labels(x, label.astype(np.int64), o.groups, 2) == label).mean()
-            one = (cross_validated_single_counter(x, label, o.groups) == label).mean()
+            every, one = ((guess[k, a, how] == label).mean() for how in ("every", "one"))
             lines.append(f"| {KINDS[k]} ({int(label.sum())}) | {name} | {COUNTER_NAMES[j]} | {aucs[j]:.2f} | "
                          f"{lo:.2f}-{hi:.2f} | {every:.2f} | {one:.2f} | {base:.2f} |")
     choices = [(f"always {a}", np.full(n, i)) for i, a in enumerate(actions)]
@@ -205,10 +216,9 @@ def report(p: Probe, actions: Sequence[str]) -> str:
         choices.append((f"{rule} ({yes} if {kind}, else {no}), kind known (not observable)",
                         rule_pick(rule, present, actions)))
         for a, name in enumerate(actions):
-            guess = cross_validated_labels(p.counters[a], present.astype(np.int64), o.groups, 2).astype(bool)
-            choices.append((f"{rule}, kind guessed from every counter on {name}", rule_pick(rule, guess, actions)))
-            guess = cross_validated_single_counter(p.counters[a], present, o.groups)
-            choices.append((f"{rule}, kind guessed from one counter on {name}", rule_pick(rule, guess, actions)))
+            for how, counters in (("every", "every counter"), ("one", "one counter")):
+                choices.append((f"{rule}, kind guessed from {counters} on {name}",
+                                rule_pick(rule, guess[kind, a, how], actions)))
     choices.append(("best arm in hindsight", o.static.argmax(1)))
     lines += ["", "| the managed population's CCA | mean last-half min share | conditions meeting all three targets |",
               "|---|---:|---:|"]
