@@ -52,8 +52,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:  # the holder process itself needs no libbpf
+    from ccswitch.bpf.libbpf import BpfObject
 
 RUN_DIR = Path("/run/ccswitch")
 POLL_S = 0.25  # the holder's look for users: the algorithm outlives its last user by this much
@@ -186,6 +190,57 @@ def start(name: str, link_fd: int, timeout_s: float = READY_TIMEOUT_S) -> int:
     finally:
         proc.stdout.close()
         proc.stderr.close()
+
+
+@dataclass
+class Held:
+    """This process's use of a held algorithm (prague.py, bic.py): where its registration came from
+    ("ccswitch": made here, "ccswitch-shared": another ccswitch process's, "kernel": not ours), the loaded
+    object if made here, and the Use that counts this process."""
+
+    source: str
+    _obj: BpfObject | None = None
+    _use: Use | None = None
+
+    def close(self) -> None:
+        """Stop using the algorithm: its holder unregisters it once no ccswitch process uses it."""
+        if self._obj:
+            self._obj.close()
+            self._obj = None
+        if self._use:
+            self._use.close()
+            self._use = None
+
+    def __enter__(self) -> Held:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def register_held(name: str, obj_path: Path, struct_ops_map: str,
+                  before_attach: Callable[[BpfObject], None] | None = None) -> BpfObject:
+    """Load `obj_path`, attach its struct_ops map as a link and hand the link to a holder of `name`.
+
+    The one registration of ensure_prague(), ensure_pcc() and ensure_bic() (their `register`); call it
+    under ensure()'s locks.  `before_attach` gets the loaded object first (Prague sets its tunables there,
+    so no socket runs untuned).  Returns the loaded object, the caller's to close; on any error it is closed.
+    """
+    from ccswitch.bpf.libbpf import BPF_F_LINK
+    from ccswitch.bpf.libbpf import BpfObject as _Obj
+
+    obj = _Obj(obj_path)
+    try:
+        obj.set_map_flags(struct_ops_map, BPF_F_LINK)
+        obj.load()
+        if before_attach is not None:
+            before_attach(obj)
+        link = obj.attach_struct_ops(struct_ops_map)
+        start(name, link.fd)
+        return obj
+    except BaseException:
+        obj.close()
+        raise
 
 
 def _read_line_within(fd: int, timeout_s: float) -> str:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ccswitch.bpf import holder
-from ccswitch.bpf.libbpf import BPF_F_LINK, BpfObject, find_map_by_name, missing_capabilities
+from ccswitch.bpf.libbpf import BpfObject, find_map_by_name, missing_capabilities
 from ccswitch.host import available_ccas
 
 OBJ_PATH = Path(__file__).with_name("pcc.bpf.o")
@@ -114,16 +114,8 @@ def pcc_held(needed: bool = True, on_error: Callable[[Exception], None] | None =
 
 
 def _register(obj_path: Path, use: holder.Use) -> PccHandle:
-    obj = BpfObject(obj_path)
-    try:
-        obj.set_map_flags(STRUCT_OPS_MAP, BPF_F_LINK)
-        obj.load()
-        link = obj.attach_struct_ops(STRUCT_OPS_MAP)
-        holder.start(NAME, link.fd)
-        return PccHandle(OWN, obj.map(SEED_MAP).fd, obj, use)
-    except BaseException:
-        obj.close()
-        raise
+    obj = holder.register_held(NAME, obj_path, STRUCT_OPS_MAP)
+    return PccHandle(OWN, obj.map(SEED_MAP).fd, obj, use)
 
 
 def ensure_pcc(obj_path: Path = OBJ_PATH) -> PccHandle:

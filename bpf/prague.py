@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ccswitch.bpf import holder
-from ccswitch.bpf.libbpf import BPF_F_LINK, BpfObject, find_map_by_name
+from ccswitch.bpf.libbpf import BpfObject, find_map_by_name
 from ccswitch.host import available_ccas
 
 OBJ_PATH = Path(__file__).with_name("prague.bpf.o")
@@ -74,11 +74,9 @@ class PragueTunables:
         return cls(names.get(mode, "rate"), target, transition)
 
 
-@dataclass
-class PragueHandle:
-    source: str  # "ccswitch" (registered by this process, held by a holder), "ccswitch-shared", "kernel"
-    _obj: BpfObject | None = None
-    _use: holder.Use | None = None  # counts this process as a user of the held registration
+class PragueHandle(holder.Held):
+    """prague in use by this process (holder.Held: source "ccswitch", "ccswitch-shared" or "kernel",
+    close()); its tunables when the registration is ours."""
 
     def tunables(self) -> PragueTunables | None:
         """The RTT-independence settings of our registration (None if not ours)."""
@@ -95,15 +93,6 @@ class PragueHandle:
         m = self._obj.map(TUNABLES_MAP)
         m.update(struct.pack("<I", 0), t.pack())
 
-    def close(self) -> None:
-        """Stop using prague: the holder unregisters it once no ccswitch process uses it."""
-        if self._obj:
-            self._obj.close()
-            self._obj = None
-        if self._use:
-            self._use.close()
-            self._use = None
-
 
 def _existing(use: holder.Use) -> PragueHandle:
     """prague is registered: ours (its struct_ops map is live) or not ccswitch's."""
@@ -114,19 +103,11 @@ def _existing(use: holder.Use) -> PragueHandle:
 
 
 def _register(obj_path: Path, tunables: PragueTunables | None, use: holder.Use) -> PragueHandle:
-    obj = BpfObject(obj_path)
-    try:
-        obj.set_map_flags(STRUCT_OPS_MAP, BPF_F_LINK)
-        obj.load()
-        handle = PragueHandle("ccswitch", obj, use)
-        if tunables is not None:  # before the first socket can use it
-            handle.set_tunables(tunables)
-        link = obj.attach_struct_ops(STRUCT_OPS_MAP)
-        holder.start(NAME, link.fd)
-        return handle
-    except BaseException:
-        obj.close()
-        raise
+    def tune(obj: BpfObject) -> None:  # before the first socket can use it
+        if tunables is not None:
+            PragueHandle("ccswitch", obj, None).set_tunables(tunables)
+
+    return PragueHandle("ccswitch", holder.register_held(NAME, obj_path, STRUCT_OPS_MAP, tune), use)
 
 
 def ensure_prague(obj_path: Path = OBJ_PATH, tunables: PragueTunables | None = None) -> PragueHandle:

@@ -4,15 +4,17 @@ Paper 001 (LFQ, section VII, Table VII) draws single flows -- bandwidth U[5, 25]
 Mbit/s, RTT U[5, 25] ms, NewReno or BIC, U[3.75, 6.25] s -- over two directly
 connected hosts, and compares the bottleneck queue's average throughput, maximum
 and average queue (packets) under LFQ, FqCoDel, fq with 100 and fq with 1000
-packets per flow.  Here: the same draws (CUBIC for BIC), one TCP flow from a
+packets per flow.  Here: the same draws (BIC or CUBIC: see Sender), one TCP flow from a
 client namespace through linkemu's uplink (rate b, delay RTT / 2 each way, the
 ACK path a 100-packet FIFO as the paper's other buffers) to the server, with
 the uplink queue one of :data:`ARMS`.  Every draw runs under every arm (paired).
 
     python -m ccswitch.testbed.lfq_reproduction run [--runs 200] [--arms fq-100,fq-1000,fq_codel,lfq]
         [--actor models/lfq_actor.json] [--out results/lfq-repro] [--seed 1]
+        [--sender linux|no-sack|bic|no-sack-bic|bic-classic-sack]
     python -m ccswitch.testbed.lfq_reproduction report [--results results/lfq-repro]
         [--doc docs/network/lfq-reproduction.md]
+    python -m ccswitch.testbed.lfq_reproduction report-senders --results DIR --results DIR ...
 
 ``run`` is resumable (a run's JSON is never repeated) and prints progress with
 an ETA; root.  **Measurement**: linkemu's control socket is polled every 10 ms
@@ -24,11 +26,24 @@ peaks shorter than that: the maximum is a lower bound, the same for every
 arm).  The lfq arm also records the limit the agent set, averaged over the
 flow's second half (the paper's "output maximum queue length" once the flow
 is fingerprinted), for the correlation with the BDP and the Reno:CUBIC ratio.
+
+**Sender** (:data:`SENDERS`, ``--sender``): ``linux`` is the client namespace as
+it comes (SACK on; CUBIC, with HyStart, for the paper's BIC).  ``no-sack`` turns
+SACK off in it, so a slow-start overshoot is repaired by NewReno's
+one-hole-per-RTT recovery (RFC 6582) instead of SACK's: the recovery the
+paper's static-buffer throughputs (78 % of b, below FQ-CoDel's) point to; the
+paper does not say how its ns-3 TCP was configured.  ``bic`` and
+``no-sack-bic`` run the paper's BIC (ccswitch's BPF BIC, bpf/bic.bpf.c: no
+HyStart) where the others run CUBIC; ``bic-classic-sack`` keeps SACK but finds
+losses only by duplicate ACKs and timeouts (no RACK, no tail-loss probe), as
+simulators' SACK senders do.  Each run records its sender and the CCA
+it ran; a folder holds one sender only (docs/network/lfq.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -52,6 +67,24 @@ ARMS: dict[str, dict[str, Any]] = {
     "fq_codel": {"kind": "fq_codel"},  # Linux defaults: 1024 flows, quantum 1514, 5 ms / 100 ms
     "lfq": {"kind": "lfq"},  # + the agent (the actor file) setting each flow's limit every 10 ms
 }
+NO_SACK = {"net.ipv4.tcp_sack": "0"}  # the client offers no SACK: NewReno loss recovery
+SENDERS: dict[str, tuple[dict[str, str], str]] = {
+    "linux": ({}, "cubic"),  # the namespace's defaults: SACK on (net.ipv4.tcp_sack = 1)
+    "no-sack": (NO_SACK, "cubic"),
+    "bic": ({}, "bic"),
+    "no-sack-bic": (NO_SACK, "bic"),
+    # SACK, but loss found only by duplicate ACKs and timeouts (RFC 6675 style): no RACK, no tail-loss probe
+    "bic-classic-sack": ({"net.ipv4.tcp_recovery": "0", "net.ipv4.tcp_early_retrans": "0"}, "bic"),
+}
+"""Sender profiles: (sysctls set in the client namespace before the first run, the CCA a draw's
+"BIC" flows run).  A draw's "cubic" is the paper's BIC."""
+
+
+def run_cca(draw_cca: str, sender: str) -> str:
+    """The CCA a draw's flow runs under *sender*: Reno stays Reno, the paper's BIC is CUBIC or BIC."""
+    return draw_cca if draw_cca == "reno" else SENDERS[sender][1]
+
+
 def draws(n: int, seed: int) -> list[dict[str, Any]]:
     """The paper's distribution, *n* draws (fixed by *seed*: every arm runs the same ones)."""
     rng = np.random.default_rng(seed)
@@ -90,10 +123,9 @@ class _Poller:
             self._stop.wait(max(nxt - time.monotonic(), 0.0))
 
 
-def one_run(topo: Any, draw: dict[str, Any], arm: str, actor: Any, workdir: Path) -> dict[str, Any]:
-    """One flow of *draw* through the *arm* queue; the run's metrics."""
-    import contextlib
-
+def one_run(topo: Any, draw: dict[str, Any], arm: str, actor: Any, workdir: Path,
+            sender: str = "linux") -> dict[str, Any]:
+    """One flow of *draw* through the *arm* queue, sent by *sender*; the run's metrics."""
     from .runs.emulator import Emulator, emulator_config, link
     from .runs.iperf import IperfFlow, start_server
     from .runs.lfq_agent import AgentLoop
@@ -112,7 +144,8 @@ def one_run(topo: Any, draw: dict[str, Any], arm: str, actor: Any, workdir: Path
         st.enter_context(start_server(topo.server, PORT, bind=topo.server_addr))
         sampler: Any = AgentLoop(sock, actor, direction="uplink", trace=True) if arm == "lfq" else _Poller(ctl)
         with sampler:
-            flow = IperfFlow(topo.clients[0], topo.server_addr, PORT, cca=draw["cca"],
+            cca = run_cca(draw["cca"], sender)
+            flow = IperfFlow(topo.clients[0], topo.server_addr, PORT, cca=cca,
                              seconds=draw["duration_s"], interval=1.0)
             with flow:
                 flow.wait(timeout=draw["duration_s"] + 20)
@@ -120,7 +153,8 @@ def one_run(topo: Any, draw: dict[str, Any], arm: str, actor: Any, workdir: Path
             agent_rec = {"steps": sampler.steps, "sets": sampler.sets, "refused": sampler.refused,
                          "cpu_ms_per_step": round(1e3 * sampler.cpu_s / max(sampler.steps, 1), 4),
                          "error": sampler.error}
-    return {**draw, "arm": arm, **_metrics(sampler.trace, draw["duration_s"]), "agent": agent_rec or None}
+    return {**draw, "cca": cca, "sender": sender, "arm": arm, **_metrics(sampler.trace, draw["duration_s"]),
+            "agent": agent_rec or None}
 
 
 def _metrics(trace: list[tuple[float, int, int, dict[int, int]]], dur: float) -> dict[str, Any]:
@@ -142,21 +176,39 @@ def _metrics(trace: list[tuple[float, int, int, dict[int, int]]], dur: float) ->
     return res
 
 
-def run(n: int, arms: list[str], out: Path, actor_path: Path, seed: int) -> None:
+def folder_sender(out: Path) -> str | None:
+    """The sender of the runs already in *out* (None: no runs yet); runs from before senders existed are linux."""
+    for f in out.glob("*/run-*.json"):
+        return str(json.loads(f.read_text()).get("sender", "linux"))
+    return None
+
+
+def run(n: int, arms: list[str], out: Path, actor_path: Path, seed: int, sender: str = "linux") -> None:
     from ccswitch.models.lfq_actor import load_actor
 
+    from .runs.netns_processes import run_in
     from .runs.topology import Topology
 
     actor = load_actor(actor_path) if "lfq" in arms else None
+    bic = None
+    if SENDERS[sender][1] == "bic":
+        from ccswitch.bpf.bic import ensure_bic
+
+        bic = ensure_bic()  # held until the last run: the holder unregisters it after
     todo = [(d, a) for d in draws(n, seed) for a in arms if not (out / a / f"run-{d['i']:04d}.json").is_file()]
-    print(f"lfq reproduction: {len(todo)} runs to do ({n} draws x {len(arms)} arms, seed {seed})",
+    print(f"lfq reproduction: {len(todo)} runs to do ({n} draws x {len(arms)} arms, seed {seed}, sender {sender})",
           file=sys.stderr, flush=True)
     workdir = out / "_work"
     workdir.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
-    with Topology(1) as topo:
+    with contextlib.ExitStack() as stack:
+        if bic is not None:
+            stack.callback(bic.close)
+        topo = stack.enter_context(Topology(1))
+        for key, value in SENDERS[sender][0].items():
+            run_in(topo.clients[0], ["sysctl", "-qw", f"{key}={value}"])
         for k, (d, a) in enumerate(todo, 1):
-            res = one_run(topo, d, a, actor, workdir)
+            res = one_run(topo, d, a, actor, workdir, sender)
             if actor is not None and a == "lfq":
                 res["actor_checksum"] = actor.checksum
             dest = out / a / f"run-{d['i']:04d}.json"
@@ -179,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", type=Path, default=DEFAULT_OUT)
     r.add_argument("--actor", type=Path, default=DEFAULT_ACTOR)
     r.add_argument("--seed", type=int, default=1)
+    r.add_argument("--sender", choices=list(SENDERS), default="linux",
+                   help="the client's TCP: linux (as it comes: SACK, CUBIC for BIC), no-sack (NewReno "
+                        "recovery), bic / no-sack-bic (the paper's BIC, bpf/bic.bpf.c)")
     p = sub.add_parser("report", help="tables and a plot from the runs")
     p.add_argument("--results", type=Path, default=DEFAULT_OUT)
     p.add_argument("--doc", type=Path, default=DEFAULT_DOC)
@@ -187,7 +242,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="a seed's run folder (give it once per seed; labelled by its order: seed 1, 2, ...)")
     m.add_argument("--labels", default="", help="comma-separated labels for the folders (default: seed 1, 2, ...)")
     m.add_argument("--doc", type=Path, default=DEFAULT_DOC.with_name("lfq-reproduction-seeds.md"))
+    d = sub.add_parser("report-senders", help="the baselines of several sender profiles' folders against the paper")
+    d.add_argument("--results", type=Path, action="append", required=True, metavar="DIR",
+                   help="a sender's run folder (once per sender; labelled by the sender its runs record)")
+    d.add_argument("--doc", type=Path, default=DEFAULT_DOC.with_name("lfq-reproduction-senders.md"))
     a = ap.parse_args(argv)
+    if a.cmd == "report-senders":
+        missing = [str(x) for x in a.results if folder_sender(x) is None]
+        if missing:
+            ap.error(f"no runs in {', '.join(missing)}: give folders written by `run`")
+        from .reports.lfq_reproduction import report_senders
+
+        report_senders({str(folder_sender(x)): x for x in a.results}, a.doc)
+        return 0
     if a.cmd == "report-seeds":
         labels = [x.strip() for x in a.labels.split(",") if x.strip()] or \
             [f"seed {k}" for k in range(1, len(a.results) + 1)]
@@ -204,10 +271,14 @@ def main(argv: list[str] | None = None) -> int:
         bad = [x for x in arms if x not in ARMS]
         if bad:
             ap.error(f"unknown arm(s) {', '.join(bad)}; known: {', '.join(ARMS)}")
+        had = folder_sender(a.out)
+        if had is not None and had != a.sender:
+            ap.error(f"{a.out} holds runs with sender {had}, not {a.sender}: give --sender {had} "
+                     f"to resume it, or another --out")
         from .runs.netns_lifecycle import sigterm_as_exit
 
         with sigterm_as_exit():  # kill tears the topology and linkemu down (the run in progress is redone)
-            run(a.runs, arms, a.out, a.actor, a.seed)
+            run(a.runs, arms, a.out, a.actor, a.seed, a.sender)
     else:
         from .reports.lfq_reproduction import report
 

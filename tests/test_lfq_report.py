@@ -56,3 +56,44 @@ def test_report_seeds_command_line_errors_are_one_line(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     cp = run("--results", str(tmp_path / "a"), "--labels", "x,y")
     assert cp.returncode == 2 and "2 labels for 1 folders" in cp.stderr
+
+
+def test_a_bic_sender_is_reported_as_bic(tmp_path: Path) -> None:
+    """Runs of the no-sack-bic sender: the per-CCA table and the ratio name BIC, the page names the sender."""
+    _write_seed(tmp_path / "s", 4, lfq_tput=9.0, bw=10.0)
+    for f in (tmp_path / "s").glob("*/run-*.json"):
+        r = json.loads(f.read_text())
+        r |= {"cca": "bic" if r["cca"] == "cubic" else r["cca"], "sender": "no-sack-bic"}
+        f.write_text(json.dumps(r) + "\n")
+    from ccswitch.testbed.reports.lfq_reproduction import report
+
+    s = report(tmp_path / "s", tmp_path / "page.md")
+    text = (tmp_path / "page.md").read_text()
+    assert s["ccas"] == ["reno", "bic"] and s["learned"]["bic"]["n"] == 2
+    assert "sender **no-sack-bic**" in text and "| queue | reno | bic |" in text and "Reno:BIC mean limit" in text
+
+
+def test_a_folder_keeps_one_sender(tmp_path: Path) -> None:
+    """Resuming a folder with another sender is refused before anything runs (no root needed to get there)."""
+    _write_seed(tmp_path / "s", 1, lfq_tput=9.0, bw=10.0)  # runs without a sender field: linux
+    cp = subprocess.run([sys.executable, "-m", "ccswitch.testbed.lfq_reproduction", "run", "--out",
+                         str(tmp_path / "s"), "--sender", "no-sack-bic"], capture_output=True, text=True, check=False)
+    assert cp.returncode == 2
+    assert "holds runs with sender linux, not no-sack-bic: give --sender linux" in cp.stderr
+    assert len(list((tmp_path / "s").glob("*/run-*.json"))) == len(ARMS)  # nothing added or removed
+
+
+def test_report_senders_counts_the_baselines_within_15_percent(tmp_path: Path) -> None:
+    """Two sender folders on the draws both have; each baseline cell is ours / the paper's."""
+    from ccswitch.testbed.reports.lfq_reproduction import PAPER, report_senders
+
+    _write_seed(tmp_path / "a", 3, lfq_tput=9.0, bw=10.0)
+    _write_seed(tmp_path / "b", 2, lfq_tput=9.0, bw=10.0)
+    out = report_senders({"linux": tmp_path / "a", "no-sack-bic": tmp_path / "b"}, tmp_path / "senders.md")
+    assert out["linux"]["n"] == 2 and out["no-sack-bic"]["n"] == 2  # draw 2 only in "a": left out
+    text = (tmp_path / "senders.md").read_text()
+    # throughput 10 Mbit/s against fq_codel's 13.7 (0.73: outside), max queue 100 against 155.4 (0.64)
+    assert f"| fq_codel | **{10 / PAPER['fq_codel'][0]:.2f}** / **{100 / PAPER['fq_codel'][1]:.2f}** /" in text
+    assert "| fq-100 | " in text and "1.00" in text  # fq-100's max queue, 100 of 100
+    # within: fq-100's throughput (10 / 11.7 = 0.855) and max queue (1.00); nothing else
+    assert "| within 15 % | 2 of 9 | 2 of 9 |" in text

@@ -33,6 +33,18 @@ ARMS = tuple(PAPER)
 MTU_BITS = 1500 * 8
 
 
+def loss_based_cca(runs: dict[str, dict[Any, dict[str, Any]]]) -> str:
+    """The CCA that stood in for the paper's BIC in these runs: cubic (sender linux/no-sack) or bic."""
+    ccas = {r["cca"] for by_draw in runs.values() for r in by_draw.values()} - {"reno"}
+    return "bic" if "bic" in ccas else "cubic"
+
+
+def sender(runs: dict[str, dict[Any, dict[str, Any]]]) -> str:
+    """The sender profile of the runs (testbed/lfq_reproduction.py SENDERS; runs without one are linux)."""
+    found = {str(r.get("sender", "linux")) for by_draw in runs.values() for r in by_draw.values()}
+    return ", ".join(sorted(found)) or "linux"
+
+
 def load(results: Path) -> dict[str, dict[int, dict[str, Any]]]:
     out: dict[str, dict[int, dict[str, Any]]] = {}
     for arm in ARMS:
@@ -56,7 +68,8 @@ def _corr(x: list[float], y: list[float]) -> float:
 def summarise(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
     arms = [a for a in ARMS if a in runs]
     common = sorted(set.intersection(*(set(runs[a]) for a in arms))) if arms else []
-    s: dict[str, Any] = {"n": len(common), "arms": {}}
+    second = loss_based_cca(runs)
+    s: dict[str, Any] = {"n": len(common), "arms": {}, "ccas": ["reno", second], "sender": sender(runs)}
     for a in arms:
         rs = [runs[a][i] for i in common]
         s["arms"][a] = {k: float(np.nanmean([r[k] for r in rs])) if rs else math.nan
@@ -65,7 +78,7 @@ def summarise(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
             if rs else math.nan
     s["per_cca"] = {a: {c: {k: float(np.nanmean([runs[a][i][k] for i in common if runs[a][i]["cca"] == c]))
                             for k in ("throughput_mbit", "max_queue_pkts", "avg_queue_pkts")}
-                        for c in ("reno", "cubic") if any(runs[a][i]["cca"] == c for i in common)}
+                        for c in ("reno", second) if any(runs[a][i]["cca"] == c for i in common)}
                     for a in arms}
     if "lfq" in arms and "fq_codel" in arms and common:
         rng = np.random.default_rng(0)
@@ -82,7 +95,7 @@ def summarise(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
     if "lfq" in runs:
         lrs = [r for r in runs["lfq"].values() if r.get("limit_late") is not None]
         learned: dict[str, Any] = {}
-        for cca in ("reno", "cubic"):
+        for cca in ("reno", second):
             rs = [r for r in lrs if r["cca"] == cca]
             lim = [r["limit_late"] for r in rs]
             bdp = [r["bandwidth_mbit"] * 1e6 * r["rtt_ms"] / 1e3 / MTU_BITS for r in rs]
@@ -91,8 +104,9 @@ def summarise(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
                             "corr_bandwidth": _corr([r["bandwidth_mbit"] for r in rs], lim),
                             "corr_rtt": _corr([r["rtt_ms"] for r in rs], lim),
                             "mean_bdp": float(np.mean(bdp)) if bdp else math.nan}
-        learned["reno_cubic_ratio"] = learned["reno"]["mean_limit"] / learned["cubic"]["mean_limit"] \
-            if learned["cubic"]["mean_limit"] else math.nan
+        # "cubic": the paper's BIC stand-in whichever CCA ran it, so pages of every sender read alike
+        learned["reno_cubic_ratio"] = learned["reno"]["mean_limit"] / learned[second]["mean_limit"] \
+            if learned[second]["mean_limit"] else math.nan
         cpu = [r["agent"]["cpu_ms_per_step"] for r in runs["lfq"].values() if r.get("agent")]
         learned["cpu_ms_per_step_median"] = float(np.median(cpu)) if cpu else math.nan
         learned["agent_errors"] = sum(1 for r in runs["lfq"].values() if (r.get("agent") or {}).get("error"))
@@ -105,7 +119,10 @@ def _f(x: float, nd: int = 1) -> str:
 
 
 def markdown(s: dict[str, Any], png: str) -> str:
-    lines = [f"Runs: **{s['n']} draws** with every arm (paired), one flow per run.", "",
+    second = s.get("ccas", ["reno", "cubic"])[1]
+    lines = [f"Runs: **{s['n']} draws** with every arm (paired), one flow per run; sender "
+             f"**{s.get('sender', 'linux')}** (the paper's BIC run as {second}; "
+             "testbed/lfq_reproduction.py SENDERS).", "",
              "| queue | throughput (Mbit/s) | paper | utilisation | max queue (pkts) | paper "
              "| avg queue (pkts) | paper |",
              "|---|---|---|---|---|---|---|---|"]
@@ -115,11 +132,11 @@ def markdown(s: dict[str, Any], png: str) -> str:
                      f"{_f(m['max_queue_pkts'])} | {p[1]} | {_f(m['avg_queue_pkts'])} | {p[2]} |")
     if s.get("per_cca"):
         lines += ["", "Per CCA (same draws): throughput (Mbit/s) / max queue / avg queue (packets):", "",
-                  "| queue | reno | cubic |", "|---|---|---|"]
+                  f"| queue | reno | {second} |", "|---|---|---|"]
         for a, per in s["per_cca"].items():
             lines.append(f"| {a} | " + " | ".join(
                 f"{_f(per[c]['throughput_mbit'], 2)} / {_f(per[c]['max_queue_pkts'])} / {_f(per[c]['avg_queue_pkts'])}"
-                if c in per else "-" for c in ("reno", "cubic")) + " |")
+                if c in per else "-" for c in ("reno", second)) + " |")
     base = [a for a in ("fq-100", "fq-1000", "fq_codel") if a in s["arms"]]
     if base:
         lines += ["", "Baselines against the paper (ours / paper; the issue asks for within 15 %, i.e. 0.85..1.15):",
@@ -143,14 +160,15 @@ def markdown(s: dict[str, Any], png: str) -> str:
         lines += ["", "The learned limit (mean of what the agent set over each flow's second half):", "",
                   "| CCA | flows | mean limit (pkts) | mean BDP (pkts) | corr. with BDP | with bandwidth | with RTT |",
                   "|---|---|---|---|---|---|---|"]
-        for cca in ("reno", "cubic"):
+        for cca in ("reno", second):
             c = le[cca]
             lines.append(f"| {cca} | {c['n']} | {_f(c['mean_limit'])} | {_f(c['mean_bdp'])} | {_f(c['corr_bdp'], 3)} "
                          f"| {_f(c['corr_bandwidth'], 3)} | {_f(c['corr_rtt'], 3)} |")
         ok_c = le["reno"]["corr_bdp"] >= TARGETS["corr_reno"]
         ok_r = le["reno_cubic_ratio"] >= TARGETS["reno_cubic"]
         lines += ["", f"Reno correlation with the BDP {_f(le['reno']['corr_bdp'], 3)} (target >= 0.9: "
-                      f"{'met' if ok_c else '**not met**'}); Reno:CUBIC mean limit {_f(le['reno_cubic_ratio'], 2)} "
+                      f"{'met' if ok_c else '**not met**'}); Reno:{second.upper()} mean limit "
+                      f"{_f(le['reno_cubic_ratio'], 2)} "
                       f"(target >= 2: {'met' if ok_r else '**not met**'}; the paper's online agent: 14:8 = 1.75, "
                       f"offline 22:8).  Agent cost: median {_f(le['cpu_ms_per_step_median'], 3)} ms CPU per 10 ms "
                       f"step; loops that stopped on an error: {le['agent_errors']}."]
@@ -177,7 +195,7 @@ def plot(runs: dict[str, dict[int, dict[str, Any]]], s: dict[str, Any], path: Pa
         if metric != "throughput_mbit":
             ax[k].set_yscale("log")
         ax[k].legend(fontsize=8, loc="lower left" if metric == "throughput_mbit" else "upper right")
-    for cca, c in (("reno", "C0"), ("cubic", "C3")):
+    for cca, c in (("reno", "C0"), (loss_based_cca(runs), "C3")):
         rs = [r for r in runs.get("lfq", {}).values() if r["cca"] == cca and r.get("limit_late") is not None]
         if rs:
             bdp = [r["bandwidth_mbit"] * 1e6 * r["rtt_ms"] / 1e3 / MTU_BITS for r in rs]
@@ -259,7 +277,8 @@ def seeds_markdown(per_seed: dict[str, dict[str, Any]], all_seeds: dict[str, Any
         lines.append("| learned limit vs BDP, Reno, correlation >= 0.9 | "
                      + " | ".join(corr(s) for s in per_seed.values()) + f" | {corr(all_seeds)} | "
                      + ("yes" if le["reno"]["corr_bdp"] >= TARGETS["corr_reno"] else "**no**") + " |")
-        lines.append("| Reno:CUBIC mean learned limit >= 2 | " + " | ".join(ratio(s) for s in per_seed.values())
+        second = all_seeds.get("ccas", ["reno", "cubic"])[1].upper()
+        lines.append(f"| Reno:{second} mean learned limit >= 2 | " + " | ".join(ratio(s) for s in per_seed.values())
                      + f" | {ratio(all_seeds)} | "
                      + ("yes" if le["reno_cubic_ratio"] >= TARGETS["reno_cubic"] else "**no**") + " |")
     return "\n".join(lines) + "\n"
@@ -279,3 +298,68 @@ def report_seeds(results: dict[str, Path], doc: Path) -> dict[str, Any]:
             "together (independent draws of paper 001's distribution), ratios and intervals over them.\n\n")
     doc.write_text(head + seeds_markdown(per_seed, all_seeds) + f"\n![paper 001 reproduction, pooled]({png.name})\n")
     return {"per_seed": per_seed, "pooled": all_seeds}
+
+
+def within_paper(m: dict[str, float], arm: str) -> list[float]:
+    """Ours / the paper's Table VII for one arm: throughput, max queue, avg queue."""
+    p = PAPER[arm]
+    return [m["throughput_mbit"] / p[0], m["max_queue_pkts"] / p[1], m["avg_queue_pkts"] / p[2]]
+
+
+def senders_markdown(per_sender: dict[str, dict[str, Any]]) -> str:
+    """The baselines of several senders' folders against the paper: ours / paper, and how many within 15 %."""
+    labels = list(per_sender)
+    lines = ["Draws with every arm (paired): " + ", ".join(f"{lb} **{per_sender[lb]['n']}**" for lb in labels)
+             + ".  Cells: ours / paper 001's Table VII (throughput, max queue, avg queue); **bold** outside "
+             "0.85..1.15, the issue's 15 %.", "",
+             "| queue | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    met = dict.fromkeys(labels, 0)
+    total = 0
+    for a in ("fq-100", "fq-1000", "fq_codel"):
+        if not all(a in s["arms"] for s in per_sender.values()):
+            continue
+        total += 3
+        cells = []
+        for lb in labels:
+            rs = within_paper(per_sender[lb]["arms"][a], a)
+            met[lb] += sum(0.85 <= r <= 1.15 for r in rs)
+            cells.append(" / ".join(f"{r:.2f}" if 0.85 <= r <= 1.15 else f"**{r:.2f}**" for r in rs))
+        lines.append(f"| {a} | " + " | ".join(cells) + " |")
+    lines.append("| within 15 % | " + " | ".join(f"{met[lb]} of {total}" for lb in labels) + " |")
+    lines += ["", "Absolute (throughput Mbit/s, % of b / max queue / avg queue, packets):", "",
+              "| queue | " + " | ".join(labels) + " | paper |", "|---|" + "---|" * (len(labels) + 1)]
+    for a in ("fq-100", "fq-1000", "fq_codel"):
+        if not all(a in s["arms"] for s in per_sender.values()):
+            continue
+        cells = [f"{_f(m['throughput_mbit'], 2)}, {_f(100 * m['utilisation'])} % / {_f(m['max_queue_pkts'])} / "
+                 f"{_f(m['avg_queue_pkts'])}" for m in (per_sender[lb]["arms"][a] for lb in labels)]
+        p = PAPER[a]
+        lines.append(f"| {a} | " + " | ".join(cells) + f" | {p[0]} / {p[1]} / {p[2]} |")
+    lines += ["", "Per CCA (throughput Mbit/s / max queue / avg queue; the paper gives only the mix):", "",
+              "| queue | CCA | " + " | ".join(labels) + " |", "|---|---|" + "---|" * len(labels)]
+    for a in ("fq-100", "fq-1000", "fq_codel"):
+        for k, name in ((0, "Reno"), (1, "BIC / its stand-in")):
+            cells = []
+            for lb in labels:
+                per = per_sender[lb]["per_cca"].get(a, {})
+                cca = per_sender[lb]["ccas"][k]
+                m = per.get(cca)
+                cells.append(f"{cca}: {_f(m['throughput_mbit'], 2)} / {_f(m['max_queue_pkts'])} / "
+                             f"{_f(m['avg_queue_pkts'])}" if m else "-")
+            lines.append(f"| {a} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def report_senders(results: dict[str, Path], doc: Path) -> dict[str, Any]:
+    """One page comparing sender profiles (label -> folder) on the draws every folder has."""
+    runs = {label: load(path) for label, path in results.items()}
+    common = set.intersection(*({i for by_draw in r.values() for i in by_draw} for r in runs.values()))
+    trimmed = {lb: {a: {i: x for i, x in by_draw.items() if i in common} for a, by_draw in r.items()}
+               for lb, r in runs.items()}
+    per_sender = {lb: summarise(r) for lb, r in trimmed.items()}
+    head = ("# Paper 001's baselines under several senders\n\n"
+            "Generated by `python -m ccswitch.testbed.lfq_reproduction report-senders` from one run folder per "
+            "sender profile (testbed/lfq_reproduction.py SENDERS; method in [lfq.md](lfq.md)), on the draws they "
+            "all have.\n\n")
+    doc.write_text(head + senders_markdown(per_sender))
+    return per_sender
