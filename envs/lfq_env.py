@@ -2,7 +2,8 @@
 
 Paper 001 (section VI, online learning) trains on flows drawn from one
 distribution: bandwidth U[5, 25] Mbit/s, RTT U[5, 25] ms, NewReno or BIC (here
-CUBIC, which Linux has and ns-3 then had not), duration U[3.75, 6.25] s.  During
+CUBIC by default; ``loss_based="bic"`` runs ccswitch's BPF BIC, bpf/bic.bpf.c,
+which the caller registers), duration U[3.75, 6.25] s.  During
 each flow, at a random time t_e in [0, duration / 2], it performs its
 *experiment*: the flow's limit changes once and is then kept to the end; what
 the flow earned from t_e to its end, reward = (throughput - ALPHA * mean queue
@@ -82,11 +83,11 @@ def _log_uniform_limit(rng: np.random.Generator) -> int:
 
 
 def draw_flow(rng: np.random.Generator, bandwidth_mbit: float, *, pre: str = "random",
-              explore: str = "uniform") -> FlowDraw:
-    """A flow of the paper's distribution (bandwidth given: the episode's b)."""
+              explore: str = "uniform", loss_based: str = "cubic") -> FlowDraw:
+    """A flow of the paper's distribution (bandwidth given: the episode's b; *loss_based*: its BIC)."""
     duration = float(rng.uniform(3.75, 6.25))
     return FlowDraw(bandwidth_mbit=round(bandwidth_mbit, 2), rtt_ms=round(float(rng.uniform(5.0, 25.0)), 2),
-                    cca=str(rng.choice(("reno", "cubic"))), duration_s=round(duration, 3),
+                    cca=str(rng.choice(("reno", loss_based))), duration_s=round(duration, 3),
                     t_exp_s=round(float(rng.uniform(0.0, duration / 2)), 3),
                     limit_pre=_log_uniform_limit(rng) if pre == "random" else 0,
                     limit_exp=_log_uniform_limit(rng) if explore == "uniform" else 0)
@@ -111,8 +112,9 @@ class LfqEpisodes:
     """Runs training episodes on one topology (module docstring).  Needs root and the linkemu binary."""
 
     def __init__(self, *, flows_per_run: int = 3, interval_s: float = 0.01, workdir: str | Path | None = None,
-                 seed: int = 1) -> None:
+                 seed: int = 1, loss_based: str = "cubic") -> None:
         self.n = flows_per_run
+        self.loss_based = loss_based
         self.interval_s = interval_s
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="lfq-env-"))
         self.rng = np.random.default_rng(seed)
@@ -143,7 +145,7 @@ class LfqEpisodes:
         topo, rng = self._topo, self.rng
         self.episodes += 1
         b = float(rng.uniform(5.0, 25.0))
-        draws = [draw_flow(rng, b, pre=pre, explore=explore) for _ in range(self.n)]
+        draws = [draw_flow(rng, b, pre=pre, explore=explore, loss_based=self.loss_based) for _ in range(self.n)]
         tracks = [_Track(d, topo.client_addrs[i]) for i, d in enumerate(draws)]
         sock = self.workdir / "linkemu.sock"
         rate = b * (self.n + 1)

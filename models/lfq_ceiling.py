@@ -30,6 +30,10 @@ BDP.  ``--alpha`` recomputes the reward from the logged throughput and mean queu
 other prices (the paper: "with ALPHA going to zero, the optimum policy approaches the
 one in which the buffer size is large enough that a flow never underutilizes the link").
 TensorFlow (the ``train`` extra); ~1 min per ALPHA on one core.
+
+Samples collected with BIC (``lfq_train collect --loss-based bic``) are analysed the same
+way: inside this module the loss-based CCA's slot is called "cubic" whichever ran it, and
+the tables and the plot name the CCA that did.  One file set holds one of the two.
 """
 
 from __future__ import annotations
@@ -153,9 +157,21 @@ def limit_stats(rows: Sequence[dict[str, Any]], limits: np.ndarray) -> dict[str,
     return out
 
 
-def markdown(results: dict[float, dict[str, Any]], actor: dict[str, Any] | None) -> str:
+def loss_based_slot(rows: list[dict[str, Any]]) -> str:
+    """Put BIC samples in the "cubic" slot (module docstring); the name of the CCA that ran, upper case."""
+    ran = {r["draw"]["cca"] for r in rows} - {"reno"}
+    if len(ran) > 1:
+        raise ValueError(f"the samples mix {' and '.join(sorted(ran))}: give files of one of them")
+    for r in rows:
+        if r["draw"]["cca"] == "bic":
+            r["draw"]["cca"] = "cubic"
+    return (ran.pop() if ran else "cubic").upper()
+
+
+def markdown(results: dict[float, dict[str, Any]], actor: dict[str, Any] | None, other: str = "CUBIC") -> str:
     lines = ["| limits on the logged late states | Reno: corr. with BDP (target >= 0.9) | bandwidth | RTT "
-             "| CUBIC: corr. with BDP | mean limit Reno : CUBIC (target >= 2) | limit / BDP, median (Reno, CUBIC) |",
+             f"| {other}: corr. with BDP | mean limit Reno : {other} (target >= 2) "
+             f"| limit / BDP, median (Reno, {other}) |",
              "|---|---|---|---|---|---|---|"]
 
     def row(name: str, s: dict[str, Any]) -> str:
@@ -173,13 +189,14 @@ def markdown(results: dict[float, dict[str, Any]], actor: dict[str, Any] | None)
     for alpha, res in results.items():
         for c in ("reno", "cubic"):
             cells = [res["best_octaves"].get((c, t)) for t in pairwise(BDP_TERCILES)]
-            lines.append(f"| {alpha:g} | {c} | " + " | ".join(f"{o[0]}-{o[1] - (o[1] == 257)}" if o else "-"
+            name = c if c == "reno" else other.lower()
+            lines.append(f"| {alpha:g} | {name} | " + " | ".join(f"{o[0]}-{o[1] - (o[1] == 257)}" if o else "-"
                                                             for o in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def plot(path: Path, rows: Sequence[dict[str, Any]], results: dict[float, dict[str, Any]],
-         actor_limits: np.ndarray | None) -> None:
+         actor_limits: np.ndarray | None, other: str = "CUBIC") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -196,7 +213,8 @@ def plot(path: Path, rows: Sequence[dict[str, Any]], results: dict[float, dict[s
             if not cs:
                 continue
             xs = [np.sqrt(c["octave"][0] * min(c["octave"][1], 256)) for c in cs]
-            label = f"{cell_cca}, BDP {b_lo:g}-{b_hi:g}" if b_hi < 1e8 else f"{cell_cca}, BDP >= {b_lo:g}"
+            name = cell_cca if cell_cca == "reno" else other.lower()
+            label = f"{name}, BDP {b_lo:g}-{b_hi:g}" if b_hi < 1e8 else f"{name}, BDP >= {b_lo:g}"
             ax[0].errorbar(xs, [c["mean"] for c in cs], yerr=[c["se"] for c in cs], color=styles[cell_cca],
                            ls=ls[b_lo], marker="o", ms=3, capsize=2, label=label)
     ax[0].set(xscale="log", ylim=(0.3, 1.0), xlabel="limit from t_e on (packets, octave midpoint)",
@@ -207,11 +225,12 @@ def plot(path: Path, rows: Sequence[dict[str, Any]], results: dict[float, dict[s
     cca = np.array([r["draw"]["cca"] for r in rows])
     for c in ("reno", "cubic"):
         m = late & (cca == c)
+        name = c if c == "reno" else other.lower()
         ax[1].scatter(bdp[m], res["limits"][m], s=9, color=styles[c], alpha=0.55,
-                      label=f"{c}: full information's optimum")
+                      label=f"{name}: full information's optimum")
         if actor_limits is not None:
             ax[1].scatter(bdp[m], actor_limits[m], s=9, marker="x", color=styles[c], alpha=0.35,
-                          label=f"{c}: shipped actor")
+                          label=f"{name}: shipped actor")
     x = np.linspace(0, 55, 10)
     ax[1].plot(x, x, "k--", lw=0.8, label="1 BDP")
     ax[1].plot(x, 0.43 * x, "k:", lw=0.8, label="0.43 BDP")
@@ -251,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"no samples file {', '.join(missing)}: collect them first (python -m ccswitch.models.lfq_train "
                  "collect --data FILE)")
     rows = [json.loads(line) for p in a.data for line in p.open() if line.strip()]
+    try:
+        other = loss_based_slot(rows)
+    except ValueError as e:
+        ap.error(str(e))
     results = analyse(rows, a.alpha or [10.0], seed=a.seed)
     actor_stats, actor_limits = None, None
     if a.actor is not None:
@@ -262,14 +285,14 @@ def main(argv: list[str] | None = None) -> int:
             obs = np.concatenate([obs, derived(obs)], axis=1)
         actor_limits = np.array([limit_for(float(v)) for v in act.act_batch(obs)])
         actor_stats = limit_stats(rows, actor_limits)
-    text = markdown(results, actor_stats)
+    text = markdown(results, actor_stats, other)
     print(text)
     if a.md is not None:
         a.md.parent.mkdir(parents=True, exist_ok=True)
         a.md.write_text(f"# LFQ: what the logged experiments support ({len(rows)} samples)\n\n"
                         "Generated by `python -m ccswitch.models.lfq_ceiling` (docs/network/lfq.md).\n\n" + text)
     if a.plot is not None:
-        plot(a.plot, rows, results, actor_limits)
+        plot(a.plot, rows, results, actor_limits, other)
     return 0
 
 

@@ -40,6 +40,7 @@ Every hyperparameter is in :data:`HP`.  The actor file
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -76,16 +77,22 @@ HP: dict[str, Any] = {
 # --------------------------------------------------------------- collect ---
 
 
-def collect(episodes: int, data: Path, *, actor_path: Path | None, pre: str, explore: str, seed: int) -> None:
+def collect(episodes: int, data: Path, *, actor_path: Path | None, pre: str, explore: str, seed: int,
+            loss_based: str = "cubic") -> None:
     from ccswitch.envs.lfq_env import LfqEpisodes
 
     actor = load_actor(actor_path) if actor_path else None
+    held = contextlib.ExitStack()
+    if loss_based == "bic":
+        from ccswitch.bpf.bic import ensure_bic
+
+        held.enter_context(ensure_bic())
     data.parent.mkdir(parents=True, exist_ok=True)
     done = sum(1 for _ in data.open()) if data.is_file() else 0
     t0 = time.monotonic()
     # A new seed per invocation and resumed count: a resumed collection draws new flows.
-    with LfqEpisodes(flows_per_run=HP["flows_per_run"], interval_s=HP["interval_s"], seed=seed * 100_003 + done
-                     ) as env, data.open("a") as out:
+    with held, LfqEpisodes(flows_per_run=HP["flows_per_run"], interval_s=HP["interval_s"],
+                           seed=seed * 100_003 + done, loss_based=loss_based) as env, data.open("a") as out:
         for i in range(1, episodes + 1):
             samples = env.episode(actor=actor, pre=pre, explore=explore)
             for s in samples:
@@ -276,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--pre", choices=("random", "actor"), default="random")
     c.add_argument("--explore", choices=("uniform", "around"), default="uniform")
     c.add_argument("--seed", type=int, default=1)
+    c.add_argument("--loss-based", choices=("cubic", "bic"), default="cubic",
+                   help="the paper's BIC flows run CUBIC (default) or BIC (bpf/bic.bpf.c)")
     t = sub.add_parser("train", help="fit critics and actor on the samples, write the actor file")
     t.add_argument("--data", type=Path, action="append", default=None,
                    help=f"a samples file; repeat for several rounds (default {DEFAULT_DATA})")
@@ -289,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         from ccswitch.testbed.runs.netns_lifecycle import sigterm_as_exit
 
         with sigterm_as_exit():  # kill tears the episode's namespaces and linkemu down
-            collect(a.episodes, a.data, actor_path=a.actor, pre=a.pre, explore=a.explore, seed=a.seed)
+            collect(a.episodes, a.data, actor_path=a.actor, pre=a.pre, explore=a.explore, seed=a.seed,
+                    loss_based=a.loss_based)
     else:
         train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived)
     return 0

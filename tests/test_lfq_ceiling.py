@@ -9,6 +9,7 @@ picks its argmax on a grid of 5 points per octave, so the ratio is read to withi
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -64,3 +65,21 @@ def test_missing_samples_file_is_one_clear_error(tmp_path) -> None:
                        capture_output=True, text=True)
     assert p.returncode == 2
     assert "no samples file" in p.stderr and "lfq_train collect" in p.stderr
+
+
+def test_bic_samples_take_the_loss_based_slot_and_may_not_mix(tmp_path) -> None:
+    from ccswitch.models.lfq_ceiling import loss_based_slot, markdown
+
+    rows = _rows(1.0, 0.25, n=8)
+    for r in rows:
+        r["draw"]["cca"] = "bic" if r["draw"]["cca"] == "cubic" else r["draw"]["cca"]
+    assert loss_based_slot(rows) == "BIC"
+    assert {r["draw"]["cca"] for r in rows} == {"reno", "cubic"}  # analysed in the one loss-based slot
+    assert "mean limit Reno : BIC (target >= 2)" in markdown({}, None, "BIC")
+    mixed = _rows(1.0, 0.43, n=8)
+    mixed[0]["draw"]["cca"], mixed[1]["draw"]["cca"] = "bic", "cubic"
+    f = tmp_path / "mixed.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in mixed))
+    p = subprocess.run([sys.executable, "-m", "ccswitch.models.lfq_ceiling", "--data", str(f)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "the samples mix bic and cubic: give files of one of them" in p.stderr
