@@ -157,11 +157,15 @@ def limit_stats(rows: Sequence[dict[str, Any]], limits: np.ndarray) -> dict[str,
     return out
 
 
+class MixedSamplesError(ValueError):
+    """Samples of CUBIC and of BIC given together."""
+
+
 def loss_based_slot(rows: list[dict[str, Any]]) -> str:
     """Put BIC samples in the "cubic" slot (module docstring); the name of the CCA that ran, upper case."""
     ran = {r["draw"]["cca"] for r in rows} - {"reno"}
     if len(ran) > 1:
-        raise ValueError(f"the samples mix {' and '.join(sorted(ran))}: give files of one of them")
+        raise MixedSamplesError(f"the samples mix {' and '.join(sorted(ran))}: give files of one of them")
     for r in rows:
         if r["draw"]["cca"] == "bic":
             r["draw"]["cca"] = "cubic"
@@ -272,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [json.loads(line) for p in a.data for line in p.open() if line.strip()]
     try:
         other = loss_based_slot(rows)
-    except ValueError as e:
+    except MixedSamplesError as e:
         ap.error(str(e))
     results = analyse(rows, a.alpha or [10.0], seed=a.seed)
     actor_stats, actor_limits = None, None

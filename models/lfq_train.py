@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from .lfq_actor import DERIVED_FEATURES, OBS_FEATURES, action_for, derived, limit_for, load_actor, save_actor
-from .lfq_ceiling import LATE_S, limit_stats
+from .lfq_ceiling import LATE_S, MixedSamplesError, limit_stats, loss_based_slot
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = Path("results/lfq/train.jsonl")
@@ -161,6 +161,7 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
     tf.keras.utils.set_random_seed(seed)
     files = [data] if isinstance(data, Path) else list(data)
     rows = [r for f in files for r in load_samples(f)]
+    other = loss_based_slot(rows)  # BIC samples: stats and plot in the "cubic" slot, named BIC
     obs = np.array([r["obs"] for r in rows], dtype=np.float32)
     assert obs.shape[1] == len(OBS_FEATURES)
     if with_derived:  # the 30 derived inputs after the 60 (lfq_actor.derived)
@@ -215,7 +216,7 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
     kernels = [la.kernel.numpy() for la in dense]
     biases = [la.bias.numpy() for la in dense]
     limits = [limit_for(float(a)) for a in actor(obs, training=False).numpy()[:, 0]]
-    fit = _fit_summary(rows, limits)
+    fit = {(k if k != "cubic" else other.lower()): v for k, v in _fit_summary(rows, limits).items()}
     training = {"hyperparameters": {k: list(v) if isinstance(v, tuple) else v for k, v in HP.items()},
                 "samples": len(rows), "episodes": len({(r.get("pre"), r["episode"], r["t"] // 1000) for r in rows}),
                 "data": ", ".join(str(f) for f in files), "seed": seed,
@@ -301,7 +302,10 @@ def main(argv: list[str] | None = None) -> int:
             collect(a.episodes, a.data, actor_path=a.actor, pre=a.pre, explore=a.explore, seed=a.seed,
                     loss_based=a.loss_based)
     else:
-        train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived)
+        try:
+            train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived)
+        except MixedSamplesError as e:
+            ap.error(str(e))
     return 0
 
 
