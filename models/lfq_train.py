@@ -230,7 +230,7 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
                           training=training, with_derived=with_derived)
     print(f"lfq train: wrote {out} ({checksum}); on the training states: {fit}", file=sys.stderr)
     if plot is not None:
-        _plot(plot, curves, rows, limits)
+        _plot(plot, curves, rows, limits, other.lower())
     return training
 
 
@@ -242,7 +242,8 @@ def _fit_summary(rows: list[dict[str, Any]], limits: list[int]) -> dict[str, Any
             for cca, st in stats.items() if cca in ("reno", "cubic")}
 
 
-def _plot(path: Path, curves: dict[str, Any], rows: list[dict[str, Any]], limits: list[int]) -> None:
+def _plot(path: Path, curves: dict[str, Any], rows: list[dict[str, Any]], limits: list[int],
+          other: str = "cubic") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -262,10 +263,12 @@ def _plot(path: Path, curves: dict[str, Any], rows: list[dict[str, Any]], limits
                if r["draw"]["cca"] == cca and r["draw"]["t_exp_s"] >= LATE_S]
         if pts:
             b, lim = np.array(pts).T
-            ax[2].scatter(b, lim, s=8, color=c, alpha=0.6, label=cca)
+            ax[2].scatter(b, lim, s=8, color=c, alpha=0.6, label=cca if cca == "reno" else other)
     x = np.linspace(0, 55, 10)
     ax[2].plot(x, x, "k--", lw=0.8, label="1 BDP (Reno's need)")
     ax[2].plot(x, 0.43 * x, "k:", lw=0.8, label="0.43 BDP (CUBIC's)")
+    if other == "bic":
+        ax[2].plot(x, 0.25 * x, "k-.", lw=0.8, label="0.25 BDP (BIC's)")
     ax[2].set(title="actor's limit on logged states (t_e >= 1 s)", xlabel="BDP (packets)", ylabel="limit (packets)")
     ax[2].legend()
     fig.tight_layout()
