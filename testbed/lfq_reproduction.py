@@ -11,7 +11,7 @@ the uplink queue one of :data:`ARMS`.  Every draw runs under every arm (paired).
 
     python -m ccswitch.testbed.lfq_reproduction run [--runs 200] [--arms fq-100,fq-1000,fq_codel,lfq]
         [--actor models/lfq_actor.json] [--out results/lfq-repro] [--seed 1]
-        [--sender linux|no-sack|bic|no-sack-bic|bic-classic-sack]
+        [--sender linux|no-sack|bic|no-sack-bic|bic-classic-sack|no-sack-reno-bic]
     python -m ccswitch.testbed.lfq_reproduction report [--results results/lfq-repro]
         [--doc docs/network/lfq-reproduction.md]
     python -m ccswitch.testbed.lfq_reproduction report-senders --results DIR --results DIR ...
@@ -36,7 +36,8 @@ paper does not say how its ns-3 TCP was configured.  ``bic`` and
 ``no-sack-bic`` run the paper's BIC (ccswitch's BPF BIC, bpf/bic.bpf.c: no
 HyStart) where the others run CUBIC; ``bic-classic-sack`` keeps SACK but finds
 losses only by duplicate ACKs and timeouts (no RACK, no tail-loss probe), as
-simulators' SACK senders do.  Each run records its sender and the CCA
+simulators' SACK senders do; ``no-sack-reno-bic`` turns SACK off for the Reno
+runs only.  Each run records its sender and the CCA
 it ran; a folder holds one sender only (docs/network/lfq.md).
 """
 
@@ -50,7 +51,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -67,22 +68,34 @@ ARMS: dict[str, dict[str, Any]] = {
     "fq_codel": {"kind": "fq_codel"},  # Linux defaults: 1024 flows, quantum 1514, 5 ms / 100 ms
     "lfq": {"kind": "lfq"},  # + the agent (the actor file) setting each flow's limit every 10 ms
 }
+class Sender(NamedTuple):
+    """A sender profile: sysctls of the client namespace for a Reno run and for a run of the paper's BIC
+    (set before every run), and the CCA that runs the paper's BIC."""
+
+    reno: dict[str, str]
+    other: dict[str, str]
+    loss_based: str
+
+
+SACK = {"net.ipv4.tcp_sack": "1"}  # the namespace's default
 NO_SACK = {"net.ipv4.tcp_sack": "0"}  # the client offers no SACK: NewReno loss recovery
-SENDERS: dict[str, tuple[dict[str, str], str]] = {
-    "linux": ({}, "cubic"),  # the namespace's defaults: SACK on (net.ipv4.tcp_sack = 1)
-    "no-sack": (NO_SACK, "cubic"),
-    "bic": ({}, "bic"),
-    "no-sack-bic": (NO_SACK, "bic"),
+CLASSIC_SACK = {**SACK, "net.ipv4.tcp_recovery": "0", "net.ipv4.tcp_early_retrans": "0"}
+SENDERS: dict[str, Sender] = {
+    "linux": Sender(SACK, SACK, "cubic"),
+    "no-sack": Sender(NO_SACK, NO_SACK, "cubic"),
+    "bic": Sender(SACK, SACK, "bic"),
+    "no-sack-bic": Sender(NO_SACK, NO_SACK, "bic"),
     # SACK, but loss found only by duplicate ACKs and timeouts (RFC 6675 style): no RACK, no tail-loss probe
-    "bic-classic-sack": ({"net.ipv4.tcp_recovery": "0", "net.ipv4.tcp_early_retrans": "0"}, "bic"),
+    "bic-classic-sack": Sender(CLASSIC_SACK, CLASSIC_SACK, "bic"),
+    # NewReno without SACK, BIC with it: the reading of the paper's numbers in docs/network/lfq.md
+    "no-sack-reno-bic": Sender(NO_SACK, SACK, "bic"),
 }
-"""Sender profiles: (sysctls set in the client namespace before the first run, the CCA a draw's
-"BIC" flows run).  A draw's "cubic" is the paper's BIC."""
+"""Sender profiles (``--sender``).  A draw's "cubic" is the paper's BIC."""
 
 
 def run_cca(draw_cca: str, sender: str) -> str:
     """The CCA a draw's flow runs under *sender*: Reno stays Reno, the paper's BIC is CUBIC or BIC."""
-    return draw_cca if draw_cca == "reno" else SENDERS[sender][1]
+    return draw_cca if draw_cca == "reno" else SENDERS[sender].loss_based
 
 
 def draws(n: int, seed: int) -> list[dict[str, Any]]:
@@ -191,7 +204,7 @@ def run(n: int, arms: list[str], out: Path, actor_path: Path, seed: int, sender:
 
     actor = load_actor(actor_path) if "lfq" in arms else None
     bic = None
-    if SENDERS[sender][1] == "bic":
+    if SENDERS[sender].loss_based == "bic":
         from ccswitch.bpf.bic import ensure_bic
 
         bic = ensure_bic()  # held until the last run: the holder unregisters it after
@@ -205,9 +218,10 @@ def run(n: int, arms: list[str], out: Path, actor_path: Path, seed: int, sender:
         if bic is not None:
             stack.callback(bic.close)
         topo = stack.enter_context(Topology(1))
-        for key, value in SENDERS[sender][0].items():
-            run_in(topo.clients[0], ["sysctl", "-qw", f"{key}={value}"])
         for k, (d, a) in enumerate(todo, 1):
+            profile = SENDERS[sender]
+            for key, value in (profile.reno if d["cca"] == "reno" else profile.other).items():
+                run_in(topo.clients[0], ["sysctl", "-qw", f"{key}={value}"])
             res = one_run(topo, d, a, actor, workdir, sender)
             if actor is not None and a == "lfq":
                 res["actor_checksum"] = actor.checksum
