@@ -13,13 +13,11 @@ only while some ccswitch process still uses it:
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from ccswitch.bpf import holder
-from ccswitch.bpf.libbpf import find_map_by_name
 from ccswitch.host import available_ccas
 
 OBJ_PATH = Path(__file__).with_name("bic.bpf.o")
@@ -32,10 +30,7 @@ class BicHandle(holder.Held):
 
 
 def _existing(use: holder.Use) -> BicHandle:
-    ours = find_map_by_name(STRUCT_OPS_MAP)
-    if ours is not None:
-        os.close(ours)
-    return BicHandle("ccswitch-shared" if ours is not None else "kernel", None, use)
+    return BicHandle(holder.existing_source(STRUCT_OPS_MAP), None, use)
 
 
 def _register(obj_path: Path, use: holder.Use) -> BicHandle:

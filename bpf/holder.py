@@ -218,6 +218,18 @@ class Held:
         self.close()
 
 
+def existing_source(struct_ops_map: str) -> str:
+    """Where a registration made outside this process comes from: "ccswitch-shared" when the struct_ops map
+    of ours is live (another ccswitch process registered it), else "kernel" (a module, not ours)."""
+    from ccswitch.bpf.libbpf import find_map_by_name
+
+    fd = find_map_by_name(struct_ops_map)
+    if fd is None:
+        return "kernel"
+    os.close(fd)
+    return "ccswitch-shared"
+
+
 def register_held(name: str, obj_path: Path, struct_ops_map: str,
                   before_attach: Callable[[BpfObject], None] | None = None) -> BpfObject:
     """Load `obj_path`, attach its struct_ops map as a link and hand the link to a holder of `name`.
@@ -226,10 +238,9 @@ def register_held(name: str, obj_path: Path, struct_ops_map: str,
     under ensure()'s locks.  `before_attach` gets the loaded object first (Prague sets its tunables there,
     so no socket runs untuned).  Returns the loaded object, the caller's to close; on any error it is closed.
     """
-    from ccswitch.bpf.libbpf import BPF_F_LINK
-    from ccswitch.bpf.libbpf import BpfObject as _Obj
+    from ccswitch.bpf.libbpf import BPF_F_LINK, BpfObject
 
-    obj = _Obj(obj_path)
+    obj = BpfObject(obj_path)
     try:
         obj.set_map_flags(struct_ops_map, BPF_F_LINK)
         obj.load()

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ccswitch.bpf import holder
-from ccswitch.bpf.libbpf import BpfObject, find_map_by_name
+from ccswitch.bpf.libbpf import BpfObject
 from ccswitch.host import available_ccas
 
 OBJ_PATH = Path(__file__).with_name("prague.bpf.o")
@@ -96,10 +96,7 @@ class PragueHandle(holder.Held):
 
 def _existing(use: holder.Use) -> PragueHandle:
     """prague is registered: ours (its struct_ops map is live) or not ccswitch's."""
-    ours = find_map_by_name(STRUCT_OPS_MAP)
-    if ours is not None:
-        os.close(ours)
-    return PragueHandle("ccswitch-shared" if ours is not None else "kernel", None, use)
+    return PragueHandle(holder.existing_source(STRUCT_OPS_MAP), None, use)
 
 
 def _register(obj_path: Path, tunables: PragueTunables | None, use: holder.Use) -> PragueHandle:
