@@ -1,9 +1,10 @@
 """Training episodes for paper 001's LFQ agent: real TCP flows through linkemu's lfq, one experiment per flow.
 
 Paper 001 (section VI, online learning) trains on flows drawn from one
-distribution: bandwidth U[5, 25] Mbit/s, RTT U[5, 25] ms, NewReno or BIC (here
-CUBIC by default; ``loss_based="bic"`` runs ccswitch's BPF BIC, bpf/bic.bpf.c,
-which the caller registers), duration U[3.75, 6.25] s.  During
+distribution: bandwidth U[5, 25] Mbit/s, RTT U[5, 25] ms, NewReno or BIC, duration
+U[3.75, 6.25] s.  How the clients' TCP is set up is a *sender* profile
+(:mod:`ccswitch.testbed.runs.tcp_senders`: SACK per CCA, and CUBIC or ccswitch's BPF
+BIC for the paper's BIC, which the caller registers); ``linux`` by default.  During
 each flow, at a random time t_e in [0, duration / 2], it performs its
 *experiment*: the flow's limit changes once and is then kept to the end; what
 the flow earned from t_e to its end, reward = (throughput - ALPHA * mean queue
@@ -112,9 +113,12 @@ class LfqEpisodes:
     """Runs training episodes on one topology (module docstring).  Needs root and the linkemu binary."""
 
     def __init__(self, *, flows_per_run: int = 3, interval_s: float = 0.01, workdir: str | Path | None = None,
-                 seed: int = 1, loss_based: str = "cubic") -> None:
+                 seed: int = 1, sender: str = "linux") -> None:
+        from ccswitch.testbed.runs.tcp_senders import SENDERS
+
         self.n = flows_per_run
-        self.loss_based = loss_based
+        self.sender = sender
+        self.loss_based = SENDERS[sender].loss_based
         self.interval_s = interval_s
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="lfq-env-"))
         self.rng = np.random.default_rng(seed)
@@ -138,6 +142,7 @@ class LfqEpisodes:
         from ccswitch.testbed.runs.emulator import Emulator, emulator_config, link
         from ccswitch.testbed.runs.iperf import IperfFlow, start_server
         from ccswitch.testbed.runs.linkemu_control import LinkemuControl
+        from ccswitch.testbed.runs.tcp_senders import apply_sender
 
         assert self._topo is not None, "use LfqEpisodes as a context manager"
         if (pre == "actor" or explore == "around") and actor is None:
@@ -164,6 +169,7 @@ class LfqEpisodes:
             ep.enter_context(IperfFlow(topo.clients[self.n], topo.server_addr, FIRST_PORT + self.n, udp=True,
                                        bitrate=FILLER_LOAD * b * 1e6, seconds=7.5, interval=1.0))
             for i, d in enumerate(draws):
+                apply_sender(topo.clients[i], self.sender, d.cca)  # one flow per client: SACK per CCA
                 ep.enter_context(IperfFlow(topo.clients[i], topo.server_addr, FIRST_PORT + i, cca=d.cca,
                                            seconds=d.duration_s, interval=1.0))
             self._loop(ctl, tracks, actor)
@@ -226,6 +232,7 @@ class LfqEpisodes:
                 "limit_before": t.limit_at_exp_before, "throughput_mbit": round(thr * 8 / 1e6, 4),
                 "mean_queue_pkts": round(q, 3), "reward": round(reward(thr, q), 5),
                 "bdp_pkts": round(b_mbit * 1e6 / 8 * d.rtt_ms / 1e3 / MTU, 3), "episode": self.episodes,
+                "sender": self.sender,
                 "t": time.time()}
 
 

@@ -31,9 +31,10 @@ other prices (the paper: "with ALPHA going to zero, the optimum policy approache
 one in which the buffer size is large enough that a flow never underutilizes the link").
 TensorFlow (the ``train`` extra); ~1 min per ALPHA on one core.
 
-Samples collected with BIC (``lfq_train collect --loss-based bic``) are analysed the same
-way: inside this module the loss-based CCA's slot is called "cubic" whichever ran it, and
-the tables and the plot name the CCA that did.  One file set holds one of the two.
+Samples collected with BIC (``lfq_train collect --sender bic``, or another profile of
+testbed/runs/tcp_senders.py) are analysed the same way: inside this module the loss-based
+CCA's slot is called "cubic" whichever ran it, and the tables and the plot name the CCA
+that did.  One file set holds one CCA and one sender profile.
 """
 
 from __future__ import annotations
@@ -158,11 +159,24 @@ def limit_stats(rows: Sequence[dict[str, Any]], limits: np.ndarray) -> dict[str,
 
 
 class MixedSamplesError(ValueError):
-    """Samples of CUBIC and of BIC given together."""
+    """Samples of CUBIC and of BIC, or of two sender profiles, given together."""
+
+
+def samples_sender(rows: list[dict[str, Any]]) -> str:
+    """The sender profile (testbed/runs/tcp_senders.py) the samples were collected with; samples from
+    before profiles were recorded are ``linux``, or ``bic`` in a set with BIC flows."""
+    legacy = "bic" if any(r["draw"]["cca"] == "bic" for r in rows if "sender" not in r) else "linux"
+    senders = {r.get("sender", legacy) for r in rows}
+    if len(senders) > 1:
+        raise MixedSamplesError(f"the samples mix senders {' and '.join(sorted(senders))}: "
+                                "give files of one of them")
+    return senders.pop() if senders else "linux"
 
 
 def loss_based_slot(rows: list[dict[str, Any]]) -> str:
-    """Put BIC samples in the "cubic" slot (module docstring); the name of the CCA that ran, upper case."""
+    """Put BIC samples in the "cubic" slot (module docstring); the name of the CCA that ran, upper case.
+    Samples of two loss-based CCAs or of two sender profiles are refused (MixedSamplesError)."""
+    samples_sender(rows)
     ran = {r["draw"]["cca"] for r in rows} - {"reno"}
     if len(ran) > 1:
         raise MixedSamplesError(f"the samples mix {' and '.join(sorted(ran))}: give files of one of them")

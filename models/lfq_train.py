@@ -1,7 +1,7 @@
 """Train paper 001's LFQ agent: collect experiments on the live testbed, fit a critic and an actor, export.
 
     python -m ccswitch.models.lfq_train collect --episodes 200 [--data results/lfq/train.jsonl]
-        [--actor models/lfq_actor.json --pre actor --explore around] [--seed 1]
+        [--actor models/lfq_actor.json --pre actor --explore around] [--seed 1] [--sender linux]
     python -m ccswitch.models.lfq_train train [--data results/lfq/train.jsonl [--data round2.jsonl]]
         [--derived] [--out models/lfq_actor.json] [--plot docs/network/lfq-training.png] [--seed 1]
 
@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from .lfq_actor import DERIVED_FEATURES, OBS_FEATURES, action_for, derived, limit_for, load_actor, save_actor
-from .lfq_ceiling import LATE_S, MixedSamplesError, limit_stats, loss_based_slot
+from .lfq_ceiling import LATE_S, MixedSamplesError, limit_stats, loss_based_slot, samples_sender
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = Path("results/lfq/train.jsonl")
@@ -78,12 +78,13 @@ HP: dict[str, Any] = {
 
 
 def collect(episodes: int, data: Path, *, actor_path: Path | None, pre: str, explore: str, seed: int,
-            loss_based: str = "cubic") -> None:
+            sender: str = "linux") -> None:
     from ccswitch.envs.lfq_env import LfqEpisodes
+    from ccswitch.testbed.runs.tcp_senders import SENDERS
 
     actor = load_actor(actor_path) if actor_path else None
     held = contextlib.ExitStack()
-    if loss_based == "bic":
+    if SENDERS[sender].loss_based == "bic":
         from ccswitch.bpf.bic import ensure_bic
 
         held.enter_context(ensure_bic())
@@ -92,7 +93,7 @@ def collect(episodes: int, data: Path, *, actor_path: Path | None, pre: str, exp
     t0 = time.monotonic()
     # A new seed per invocation and resumed count: a resumed collection draws new flows.
     with held, LfqEpisodes(flows_per_run=HP["flows_per_run"], interval_s=HP["interval_s"],
-                           seed=seed * 100_003 + done, loss_based=loss_based) as env, data.open("a") as out:
+                           seed=seed * 100_003 + done, sender=sender) as env, data.open("a") as out:
         for i in range(1, episodes + 1):
             samples = env.episode(actor=actor, pre=pre, explore=explore)
             for s in samples:
@@ -278,6 +279,8 @@ def _plot(path: Path, curves: dict[str, Any], rows: list[dict[str, Any]], limits
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ccswitch.testbed.runs.tcp_senders import SENDERS
+
     ap = argparse.ArgumentParser(prog="python -m ccswitch.models.lfq_train", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect", help="run training episodes on the testbed (root), append samples")
@@ -287,8 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--pre", choices=("random", "actor"), default="random")
     c.add_argument("--explore", choices=("uniform", "around"), default="uniform")
     c.add_argument("--seed", type=int, default=1)
-    c.add_argument("--loss-based", choices=("cubic", "bic"), default="cubic",
-                   help="the paper's BIC flows run CUBIC (default) or BIC (bpf/bic.bpf.c)")
+    c.add_argument("--sender", choices=list(SENDERS), default="linux",
+                   help="the clients' TCP (testbed/runs/tcp_senders.py): SACK per CCA, and CUBIC (linux, "
+                        "no-sack) or BIC (bpf/bic.bpf.c; the others) for the paper's BIC")
     t = sub.add_parser("train", help="fit critics and actor on the samples, write the actor file")
     t.add_argument("--data", type=Path, action="append", default=None,
                    help=f"a samples file; repeat for several rounds (default {DEFAULT_DATA})")
@@ -301,9 +305,14 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "collect":
         from ccswitch.testbed.runs.netns_lifecycle import sigterm_as_exit
 
+        had = samples_sender(load_samples(a.data)) if a.data.is_file() and a.data.stat().st_size else None
+        if had is not None and had != a.sender:
+            ap.error(f"{a.data} holds samples of sender {had}, not {a.sender}: give --sender {had} "
+                     "to add to it, or another --data")
+
         with sigterm_as_exit():  # kill tears the episode's namespaces and linkemu down
             collect(a.episodes, a.data, actor_path=a.actor, pre=a.pre, explore=a.explore, seed=a.seed,
-                    loss_based=a.loss_based)
+                    sender=a.sender)
     else:
         try:
             train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived)

@@ -27,17 +27,9 @@ arm).  The lfq arm also records the limit the agent set, averaged over the
 flow's second half (the paper's "output maximum queue length" once the flow
 is fingerprinted), for the correlation with the BDP and the Reno:CUBIC ratio.
 
-**Sender** (:data:`SENDERS`, ``--sender``): ``linux`` is the client namespace as
-it comes (SACK on; CUBIC, with HyStart, for the paper's BIC).  ``no-sack`` turns
-SACK off in it, so a slow-start overshoot is repaired by NewReno's
-one-hole-per-RTT recovery (RFC 6582) instead of SACK's: the recovery the
-paper's static-buffer throughputs (78 % of b, below FQ-CoDel's) point to; the
-paper does not say how its ns-3 TCP was configured.  ``bic`` and
-``no-sack-bic`` run the paper's BIC (ccswitch's BPF BIC, bpf/bic.bpf.c: no
-HyStart) where the others run CUBIC; ``bic-classic-sack`` keeps SACK but finds
-losses only by duplicate ACKs and timeouts (no RACK, no tail-loss probe), as
-simulators' SACK senders do; ``no-sack-reno-bic`` turns SACK off for the Reno
-runs only.  Each run records its sender and the CCA
+**Sender** (``--sender``, the profiles of :mod:`ccswitch.testbed.runs.tcp_senders`):
+the client namespace's SACK and the CCA that runs the paper's BIC (CUBIC, or
+ccswitch's BPF BIC), set before every run.  Each run records its sender and the CCA
 it ran; a folder holds one sender only (docs/network/lfq.md).
 """
 
@@ -51,9 +43,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
+
+from .runs.tcp_senders import SENDERS, apply_sender, run_cca
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = Path("results/lfq-repro")
@@ -68,36 +62,6 @@ ARMS: dict[str, dict[str, Any]] = {
     "fq_codel": {"kind": "fq_codel"},  # Linux defaults: 1024 flows, quantum 1514, 5 ms / 100 ms
     "lfq": {"kind": "lfq"},  # + the agent (the actor file) setting each flow's limit every 10 ms
 }
-class Sender(NamedTuple):
-    """A sender profile: sysctls of the client namespace for a Reno run and for a run of the paper's BIC
-    (set before every run), and the CCA that runs the paper's BIC."""
-
-    reno: dict[str, str]
-    other: dict[str, str]
-    loss_based: str
-
-
-SACK = {"net.ipv4.tcp_sack": "1"}  # the namespace's default
-NO_SACK = {"net.ipv4.tcp_sack": "0"}  # the client offers no SACK: NewReno loss recovery
-CLASSIC_SACK = {**SACK, "net.ipv4.tcp_recovery": "0", "net.ipv4.tcp_early_retrans": "0"}
-SENDERS: dict[str, Sender] = {
-    "linux": Sender(SACK, SACK, "cubic"),
-    "no-sack": Sender(NO_SACK, NO_SACK, "cubic"),
-    "bic": Sender(SACK, SACK, "bic"),
-    "no-sack-bic": Sender(NO_SACK, NO_SACK, "bic"),
-    # SACK, but loss found only by duplicate ACKs and timeouts (RFC 6675 style): no RACK, no tail-loss probe
-    "bic-classic-sack": Sender(CLASSIC_SACK, CLASSIC_SACK, "bic"),
-    # NewReno without SACK, BIC with it: the reading of the paper's numbers in docs/network/lfq.md
-    "no-sack-reno-bic": Sender(NO_SACK, SACK, "bic"),
-}
-"""Sender profiles (``--sender``).  A draw's "cubic" is the paper's BIC."""
-
-
-def run_cca(draw_cca: str, sender: str) -> str:
-    """The CCA a draw's flow runs under *sender*: Reno stays Reno, the paper's BIC is CUBIC or BIC."""
-    return draw_cca if draw_cca == "reno" else SENDERS[sender].loss_based
-
-
 def draws(n: int, seed: int) -> list[dict[str, Any]]:
     """The paper's distribution, *n* draws (fixed by *seed*: every arm runs the same ones)."""
     rng = np.random.default_rng(seed)
@@ -199,7 +163,6 @@ def folder_sender(out: Path) -> str | None:
 def run(n: int, arms: list[str], out: Path, actor_path: Path, seed: int, sender: str = "linux") -> None:
     from ccswitch.models.lfq_actor import load_actor
 
-    from .runs.netns_processes import run_in
     from .runs.topology import Topology
 
     actor = load_actor(actor_path) if "lfq" in arms else None
@@ -219,9 +182,7 @@ def run(n: int, arms: list[str], out: Path, actor_path: Path, seed: int, sender:
             stack.callback(bic.close)
         topo = stack.enter_context(Topology(1))
         for k, (d, a) in enumerate(todo, 1):
-            profile = SENDERS[sender]
-            for key, value in (profile.reno if d["cca"] == "reno" else profile.other).items():
-                run_in(topo.clients[0], ["sysctl", "-qw", f"{key}={value}"])
+            apply_sender(topo.clients[0], sender, d["cca"])
             res = one_run(topo, d, a, actor, workdir, sender)
             if actor is not None and a == "lfq":
                 res["actor_checksum"] = actor.checksum

@@ -83,3 +83,28 @@ def test_bic_samples_take_the_loss_based_slot_and_may_not_mix(tmp_path) -> None:
     p = subprocess.run([sys.executable, "-m", "ccswitch.models.lfq_ceiling", "--data", str(f)],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "the samples mix bic and cubic: give files of one of them" in p.stderr
+
+
+def test_samples_keep_one_sender_profile(tmp_path) -> None:
+    """Samples of two sender profiles (testbed/runs/tcp_senders.py) are not pooled, and collect refuses
+    to append another profile's samples to a file (one line, exit 2, the file untouched)."""
+    from ccswitch.models.lfq_ceiling import MixedSamplesError, samples_sender
+
+    legacy = _rows(1.0, 0.43, n=4)
+    assert samples_sender(legacy) == "linux"  # samples from before profiles were recorded
+    bic = _rows(1.0, 0.25, n=4)
+    for r in bic:
+        r["draw"]["cca"] = "bic" if r["draw"]["cca"] == "cubic" else r["draw"]["cca"]
+    assert samples_sender(bic) == "bic"
+    tagged = [{**r, "sender": "no-sack-reno-bic"} for r in bic]
+    assert samples_sender(tagged) == "no-sack-reno-bic"
+    with pytest.raises(MixedSamplesError, match="mix senders bic and no-sack-reno-bic"):
+        samples_sender(bic + tagged)
+    f = tmp_path / "train.jsonl"
+    text = "".join(json.dumps(r) + "\n" for r in tagged)
+    f.write_text(text)
+    p = subprocess.run([sys.executable, "-m", "ccswitch.models.lfq_train", "collect", "--data", str(f),
+                        "--sender", "bic", "--episodes", "1"], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.count("\n") <= 2, p.stderr
+    assert "holds samples of sender no-sack-reno-bic, not bic: give --sender no-sack-reno-bic" in p.stderr
+    assert f.read_text() == text

@@ -7,7 +7,8 @@ ccswitchd), ``run_progress`` and ``run_error``.  Namespaces: ``netns`` (the one
 import point) over ``netns_lifecycle`` (names, owners, create/delete),
 ``netns_processes`` (commands and threads inside a namespace, their handles),
 ``netns_tbf`` (the tbf bottleneck qdisc) and ``bottleneck`` (the two-namespace
-:class:`~ccswitch.testbed.runs.bottleneck.Bottleneck`).
+:class:`~ccswitch.testbed.runs.bottleneck.Bottleneck`).  ``tcp_senders``: the
+client namespace's TCP set-up (SACK, the loss-based CCA) for paper 001's runs.
 
 See the ``ccswitch.testbed`` package docstring for where this sits in the flow.
 """
