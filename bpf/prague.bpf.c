@@ -88,7 +88,9 @@
  *		increase goes to ssthresh (the window the stack's PRR is bringing
  *		cwnd to, and sets cwnd to when CWR ends), in Open to cwnd.
  *   reduction	at most one ECN reduction per T (marks inside T of the last
- *		reduction enter CWR without a cut), and
+ *		reduction enter CWR without a cut), of cwnd alpha/2 scaled
+ *		by the time since the last one over T (at most 2: marks that
+ *		come in bursts still cut cwnd alpha/2 per T), and
  *   alpha	updated once per max(R, T), over all segments delivered in it,
  *		so alpha is still the marked fraction and the reduction per T
  *		is cwnd alpha/2.
@@ -107,6 +109,19 @@
  * and behaves as 1.  The tunables live in .data.tunables, read on every ACK:
  * ccswitch.bpf.prague sets them when it registers prague (and can change
  * them on a running registration).
+ *
+ * Reductions made without us.  On this kernel (6.18) the stack now and then
+ * enters CWR (or loss recovery) without running ssthresh() or set_state():
+ * snd_ssthresh then holds the low 32 bits of a kernel text address
+ * (0x81104010 in every case seen), above TCP_INFINITE_SSTHRESH, and the
+ * stack's PRR turns it into a window of ~10^9 segments on the same ACK: the
+ * whole send buffer leaves at once and the queue behind it overflows.  Seen
+ * in 1 of 300 to 1 of 1500 CWR entries of a sub-ms RTT flow at 5 % marks,
+ * always in a softirq run on a context switch (docs/l4s-kernel.md has the
+ * trace).  The BPF programs cannot stop the burst of that ACK, only what
+ * follows: every hook that runs per ACK first checks for an ssthresh no
+ * congestion control could have set, and redoes the reduction the stack
+ * missed (prague_repair_foreign_reduction; counted in prague_stats.repairs).
  *
  * Not implemented (TCP Prague features beyond the above): paced chirping,
  * the fractional window below 2 segments and its pacing, the +-3 % pacing
@@ -151,8 +166,13 @@ char LICENSE[] SEC("license") = "GPL";
 #define TCP_CA_Disorder_ 1
 #define TCP_CA_CWR_	2
 #define TCP_CA_Recovery_ 3
+#define TCP_INFINITE_SSTHRESH_	0x7fffffffU	/* no legitimate ssthresh is above it */
+#define PRAGUE_SANE_CWND	(1U << 20)	/* segments; a window above it was not made by anyone */
 
 extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
+
+/* Reductions the stack made without us, repaired (header; user space reads it) */
+struct prague_stats prague_stats SEC(".data.stats");
 
 /* RTT independence tunables (prague.h); user space may rewrite them at any time */
 struct prague_tunables prague_cfg SEC(".data.tunables") = {
@@ -295,6 +315,57 @@ static __always_inline void prague_scaled_ai(struct sock *sk, struct prague *ca,
 	}
 }
 
+/*
+ * The stack entered a reduction without calling ssthresh() (header): its
+ * snd_ssthresh is above TCP_INFINITE_SSTHRESH, or the window is beyond any a
+ * flow could have grown.  Redo what ssthresh() would have returned from the
+ * window the reduction started at (prior_cwnd): the ECN cut in CWR, a
+ * halving in loss recovery; and bring the window down to it (in CWR the
+ * stack's PRR goes on from there, in Open cwnd <= ssthresh as usual).
+ */
+static __always_inline void prague_repair_foreign_reduction(struct sock *sk, struct prague *ca)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	__u32 from = tp->prior_cwnd, ssthresh;
+
+	if (tp->snd_ssthresh <= TCP_INFINITE_SSTHRESH_ && tp->snd_cwnd <= PRAGUE_SANE_CWND)
+		return;
+	__sync_fetch_and_add(&prague_stats.repairs, 1);
+	if (!from || from > PRAGUE_SANE_CWND)
+		from = ca->loss_cwnd && ca->loss_cwnd <= PRAGUE_SANE_CWND ? ca->loss_cwnd : PRAGUE_MIN_CWND;
+	if (prague_ca_state(sk) == TCP_CA_CWR_ && accecn_feedback(tp))
+		ssthresh = from - (__u32)(((__u64)from * ca->alpha) >> (PRAGUE_ALPHA_SHIFT + 1));
+	else
+		ssthresh = from >> 1;
+	ssthresh = max_u32(ssthresh, PRAGUE_MIN_CWND);
+	if (tp->snd_ssthresh > TCP_INFINITE_SSTHRESH_)
+		tp->snd_ssthresh = ssthresh;
+	if (tp->snd_cwnd > tp->snd_ssthresh)
+		tp->snd_cwnd = tp->snd_ssthresh;
+}
+
+/*
+ * RTT-independent: the reduction owed for the time since the last one.  The
+ * law W = 2 (1-p) R / (p T) needs cwnd alpha/2 every T while marks go on;
+ * when they come in bursts (a marked GSO/GRO aggregate, an AQM's marks
+ * bunched by a queue) the first mark after T may come at 2T, and one cut of
+ * cwnd alpha/2 there halves the reduction rate: measured through the CE
+ * marker at 5 %, the window then settled at ~3x the law and held the queue
+ * (tests/test_prague.py).  So the cut is scaled by elapsed / T, capped at 2
+ * (after a longer quiet spell alpha has decayed anyway).
+ */
+static __always_inline __u64 prague_cut_for_elapsed(const struct sock *sk, const struct prague *ca, __u64 cut)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+	__u64 target = prague_target_us(tp), elapsed = tp->tcp_mstamp - ca->cut_stamp;
+
+	if (!prague_rtt_indep(sk, ca) || !target)
+		return cut;
+	if (elapsed > 2 * target)
+		elapsed = 2 * target;
+	return cut * elapsed / target;
+}
+
 SEC("struct_ops/prague_init")
 void BPF_PROG(prague_init, struct sock *sk)
 {
@@ -338,11 +409,12 @@ __u32 BPF_PROG(prague_ssthresh, struct sock *sk)
 	if (!prague_target_elapsed(sk, ca, ca->cut_stamp))
 		return max_u32(cwnd, PRAGUE_MIN_CWND);
 	ca->loss_cwnd = cwnd;
-	ca->cut_stamp = tp->tcp_mstamp;
 	/* cwnd alpha / 2, with the fraction of a segment carried to the next
 	 * reduction: truncating it (as Linux's DCTCP does) cuts nothing at all
 	 * while cwnd alpha < 2, e.g. 17 segments at 10 % marks */
-	cut = (((__u64)cwnd * ca->alpha) >> 1) + ca->cut_frac;
+	cut = ((__u64)cwnd * ca->alpha) >> 1;
+	cut = prague_cut_for_elapsed(sk, ca, cut) + ca->cut_frac;
+	ca->cut_stamp = tp->tcp_mstamp;
 	ca->cut_frac = (__u32)(cut & (PRAGUE_ALPHA_ONE - 1));
 	cut >>= PRAGUE_ALPHA_SHIFT;
 	return max_u32(cwnd - (__u32)cut, PRAGUE_MIN_CWND);
@@ -358,6 +430,7 @@ void BPF_PROG(prague_in_ack_event, struct sock *sk, __u32 flags)
 	__u32 delivered, delivered_ce;
 	__u64 alpha;
 
+	prague_repair_foreign_reduction(sk, ca);
 	delivered = tp->delivered - ca->ack_delivered;
 	delivered_ce = tp->delivered_ce - ca->ack_delivered_ce;
 	ca->ack_delivered = tp->delivered;
@@ -406,6 +479,7 @@ void BPF_PROG(prague_set_state, struct sock *sk, __u8 new_state)
 SEC("struct_ops/prague_cwnd_event")
 void BPF_PROG(prague_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 {
+	prague_repair_foreign_reduction(sk, prague_ca(sk));
 	/* RTO (tcp_enter_loss called ssthresh() with alpha just before) */
 	if (ev == CA_EVENT_LOSS)
 		prague_react_to_loss(sk);

@@ -59,4 +59,9 @@ struct prague_tunables {
 	__u32 rtt_transition;	/* rounds */
 };
 
+/* Counters user space reads (prague.bpf.c header, "Reductions made without us") */
+struct prague_stats {
+	__u64 repairs;		/* reductions the stack entered without ssthresh(), redone */
+};
+
 #endif /* CCSWITCH_PRAGUE_H */

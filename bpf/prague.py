@@ -38,6 +38,7 @@ NAME = "prague"
 STRUCT_OPS_MAP = "ccs_prague"
 PRAGUE_DSCP = 40  # prague.h PRAGUE_DSCP: the DSCP Prague's packets carry (L4S by DSCP)
 TUNABLES_MAP = ".data.tunables"  # prague.bpf.c prague_cfg (struct prague_tunables, prague.h), alone in it
+STATS_MAP = ".data.stats"  # prague.bpf.c prague_stats (struct prague_stats, prague.h), alone in it
 RTT_SCALING = {"none": 0, "rate": 1, "scalable": 2, "additive": 3}  # prague.h PRAGUE_RTT_SCALING_*
 
 
@@ -84,6 +85,14 @@ class PragueHandle(holder.Held):
             return None
         raw = self._obj.map(TUNABLES_MAP).lookup(struct.pack("<I", 0))
         return PragueTunables.unpack(raw) if raw else None
+
+    def repairs(self) -> int | None:
+        """Reductions the kernel entered without Prague's ssthresh() and Prague redid (prague.bpf.c
+        header, "Reductions made without us"), over every socket of our registration (None if not ours)."""
+        if self._obj is None:
+            return None
+        raw = self._obj.map(STATS_MAP).lookup(struct.pack("<I", 0))
+        return struct.unpack_from("<Q", raw)[0] if raw else 0
 
     def set_tunables(self, t: PragueTunables) -> None:
         """Change them on our registration; every Prague socket uses them from its next ACK."""
