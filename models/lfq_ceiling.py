@@ -59,6 +59,9 @@ BATCH = 64
 LR = 1e-3            # Adam
 GRID = 41            # actions a in [-1, 1] the argmax is taken over (limit 1..256, ~5 per octave)
 LATE_S = 1.0         # the targets' states: experiments at t_e >= 1 s (docs/network/lfq.md)
+FULL_LINK_BDP = {"reno": 1.0, "cubic": 0.43, "bic": 0.25}
+"""The buffer (in BDPs) a single loss-based flow needs to keep the link full after its cut by beta:
+(1 - beta) / beta, with beta 0.5 (Reno), 0.7 (CUBIC), 0.8 (BIC)."""
 OCTAVES = (1, 2, 4, 8, 16, 32, 64, 128, 257)
 BDP_TERCILES = (0.0, 8.0, 20.0, 1e9)
 
@@ -250,8 +253,9 @@ def plot(path: Path, rows: Sequence[dict[str, Any]], results: dict[float, dict[s
             ax[1].scatter(bdp[m], actor_limits[m], s=9, marker="x", color=styles[c], alpha=0.35,
                           label=f"{name}: shipped actor")
     x = np.linspace(0, 55, 10)
-    ax[1].plot(x, x, "k--", lw=0.8, label="1 BDP")
-    ax[1].plot(x, 0.43 * x, "k:", lw=0.8, label="0.43 BDP")
+    ax[1].plot(x, x, "k--", lw=0.8, label="1 BDP (Reno's need)")
+    k = FULL_LINK_BDP[other.lower()]
+    ax[1].plot(x, k * x, "k:", lw=0.8, label=f"{k:g} BDP ({other}'s need)")
     ax[1].set(xlabel="BDP (packets)", ylabel="limit (packets)", yscale="log", ylim=(0.8, 300),
               title=f"limit per logged late state, ALPHA = {alpha0:g} /s")
     ax[1].legend(fontsize=8)

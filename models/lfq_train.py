@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from .lfq_actor import DERIVED_FEATURES, OBS_FEATURES, action_for, derived, limit_for, load_actor, save_actor
-from .lfq_ceiling import LATE_S, MixedSamplesError, limit_stats, loss_based_slot, samples_sender
+from .lfq_ceiling import FULL_LINK_BDP, LATE_S, MixedSamplesError, limit_stats, loss_based_slot, samples_sender
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = Path("results/lfq/train.jsonl")
@@ -267,9 +267,8 @@ def _plot(path: Path, curves: dict[str, Any], rows: list[dict[str, Any]], limits
             ax[2].scatter(b, lim, s=8, color=c, alpha=0.6, label=cca if cca == "reno" else other)
     x = np.linspace(0, 55, 10)
     ax[2].plot(x, x, "k--", lw=0.8, label="1 BDP (Reno's need)")
-    ax[2].plot(x, 0.43 * x, "k:", lw=0.8, label="0.43 BDP (CUBIC's)")
-    if other == "bic":
-        ax[2].plot(x, 0.25 * x, "k-.", lw=0.8, label="0.25 BDP (BIC's)")
+    k = FULL_LINK_BDP[other]
+    ax[2].plot(x, k * x, "k:", lw=0.8, label=f"{k:g} BDP ({other.upper() if other == 'bic' else 'CUBIC'}'s)")
     ax[2].set(title="actor's limit on logged states (t_e >= 1 s)", xlabel="BDP (packets)", ylabel="limit (packets)")
     ax[2].legend()
     fig.tight_layout()
