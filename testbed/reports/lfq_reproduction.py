@@ -200,9 +200,12 @@ def plot(runs: dict[str, dict[int, dict[str, Any]]], s: dict[str, Any], path: Pa
         if rs:
             bdp = [r["bandwidth_mbit"] * 1e6 * r["rtt_ms"] / 1e3 / MTU_BITS for r in rs]
             ax[3].scatter(bdp, [r["limit_late"] for r in rs], s=10, color=c, alpha=0.7, label=cca)
+    from ccswitch.models.lfq_ceiling import FULL_LINK_BDP
+
     xx = np.linspace(0, 55, 10)
-    ax[3].plot(xx, xx, "k--", lw=0.8, label="1 BDP")
-    ax[3].plot(xx, 0.43 * xx, "k:", lw=0.8, label="0.43 BDP")
+    other = loss_based_cca(runs)
+    ax[3].plot(xx, xx, "k--", lw=0.8, label="1 BDP (Reno's need)")
+    ax[3].plot(xx, FULL_LINK_BDP[other] * xx, "k:", lw=0.8, label=f"{FULL_LINK_BDP[other]:g} BDP ({other}'s need)")
     ax[3].set(title="LFQ: learned limit vs BDP", xlabel="BDP (packets)", ylabel="limit, 2nd half (packets)")
     ax[3].legend(fontsize=8)
     fig.tight_layout()
