@@ -88,9 +88,7 @@
  *		increase goes to ssthresh (the window the stack's PRR is bringing
  *		cwnd to, and sets cwnd to when CWR ends), in Open to cwnd.
  *   reduction	at most one ECN reduction per T (marks inside T of the last
- *		reduction enter CWR without a cut), of cwnd alpha/2 scaled
- *		by the time since the last one over T (at most 2: marks that
- *		come in bursts still cut cwnd alpha/2 per T), and
+ *		reduction enter CWR without a cut), and
  *   alpha	updated once per max(R, T), over all segments delivered in it,
  *		so alpha is still the marked fraction and the reduction per T
  *		is cwnd alpha/2.
@@ -344,28 +342,6 @@ static __always_inline void prague_repair_foreign_reduction(struct sock *sk, str
 		tp->snd_cwnd = tp->snd_ssthresh;
 }
 
-/*
- * RTT-independent: the reduction owed for the time since the last one.  The
- * law W = 2 (1-p) R / (p T) needs cwnd alpha/2 every T while marks go on;
- * when they come in bursts (a marked GSO/GRO aggregate, an AQM's marks
- * bunched by a queue) the first mark after T may come at 2T, and one cut of
- * cwnd alpha/2 there halves the reduction rate: measured through the CE
- * marker at 5 %, the window then settled at ~3x the law and held the queue
- * (tests/test_prague.py).  So the cut is scaled by elapsed / T, capped at 2
- * (after a longer quiet spell alpha has decayed anyway).
- */
-static __always_inline __u64 prague_cut_for_elapsed(const struct sock *sk, const struct prague *ca, __u64 cut)
-{
-	const struct tcp_sock *tp = tcp_sk(sk);
-	__u64 target = prague_target_us(tp), elapsed = tp->tcp_mstamp - ca->cut_stamp;
-
-	if (!prague_rtt_indep(sk, ca) || !target)
-		return cut;
-	if (elapsed > 2 * target)
-		elapsed = 2 * target;
-	return cut * elapsed / target;
-}
-
 SEC("struct_ops/prague_init")
 void BPF_PROG(prague_init, struct sock *sk)
 {
@@ -409,12 +385,11 @@ __u32 BPF_PROG(prague_ssthresh, struct sock *sk)
 	if (!prague_target_elapsed(sk, ca, ca->cut_stamp))
 		return max_u32(cwnd, PRAGUE_MIN_CWND);
 	ca->loss_cwnd = cwnd;
+	ca->cut_stamp = tp->tcp_mstamp;
 	/* cwnd alpha / 2, with the fraction of a segment carried to the next
 	 * reduction: truncating it (as Linux's DCTCP does) cuts nothing at all
 	 * while cwnd alpha < 2, e.g. 17 segments at 10 % marks */
-	cut = ((__u64)cwnd * ca->alpha) >> 1;
-	cut = prague_cut_for_elapsed(sk, ca, cut) + ca->cut_frac;
-	ca->cut_stamp = tp->tcp_mstamp;
+	cut = (((__u64)cwnd * ca->alpha) >> 1) + ca->cut_frac;
 	ca->cut_frac = (__u32)(cut & (PRAGUE_ALPHA_ONE - 1));
 	cut >>= PRAGUE_ALPHA_SHIFT;
 	return max_u32(cwnd - (__u32)cut, PRAGUE_MIN_CWND);

@@ -245,8 +245,8 @@ def test_prague_reduces_in_proportion_to_marks(bottleneck) -> None:
     queue and the flow needs seconds at 5 % marks to come back to the floor:
     the mean over the run missed the floor in ~1 run in 3.  SO_MAX_PACING_RATE
     at 2x the link bounds that burst.  Measured on 28 Nov with the repair:
-    this test passed 4 of 4 at the first run (median 2.0); before the repair
-    and the elapsed-scaled cut, 3 of 6 scaled runs missed (8.7, 11.2, 156).
+    this test passed 5 of 5 at the first run (median 2.0) on a quiet machine;
+    before the repair, 3 of 6 scaled runs missed (8.7, 11.2, 156).
     A sender without RTT scaling keeps ~25 in both runs.
     The numbers below were measured before the ECN reductions carried their
     fraction of a segment (prague.bpf.c); with it, on 25 Nov under load ~6:
