@@ -254,6 +254,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             set_default(None, previous)
+        repairs = handle.repairs()
+        if repairs:  # the kernel's skipped reductions (prague.bpf.c header), worth knowing about
+            print(f"prague: {repairs} reductions the kernel made without prague were redone "
+                  f"(docs/l4s-kernel.md section 8)", flush=True)
         handle.close()
     return 0
 
