@@ -116,7 +116,8 @@ def unregistered(require: Callable[[bool, str], None]) -> Iterator[Callable[[str
     names: list[str] = []
 
     def check(name: str) -> None:
-        require(name not in available_ccas() and not holder.running(name),
+        gone, holders = _gone_within(name, 3.0)  # an earlier test's registration ends within its holder's poll
+        require(gone and not holders,
                 f"{name} is registered by another process (a testbed run, a daemon): the test needs it "
                 f"unregistered to see it go")
         names.append(name)
