@@ -309,12 +309,15 @@ def no_user_left(users_fd: int) -> bool:
         return False
 
 
-def _wait_unregistered(name: str, timeout_s: float = 1.0) -> None:
-    """The unregistration runs when close() returns; this only covers a slow list update, so that a
-    waiting user never sees our algorithm listed after we let it in."""
+def unregistered_within(name: str, timeout_s: float = 1.0) -> bool:
+    """Whether congestion control `name` leaves the kernel's list within timeout_s.  A holder's own
+    unregistration runs when close() returns (this covers a slow list update, so that a waiting user
+    never sees the algorithm listed after it is let in); another user's ends within that holder's
+    poll (POLL_S) of its last user's end."""
     deadline = time.monotonic() + timeout_s
     while name in AVAILABLE.read_text().split() and time.monotonic() < deadline:
         time.sleep(0.02)
+    return name not in AVAILABLE.read_text().split()
 
 
 CLONE_NEWNET = 0x40000000
@@ -373,7 +376,7 @@ def hold(name: str, link_fd: int) -> None:
     while not no_user_left(users):
         time.sleep(POLL_S)
     os.close(link_fd)  # unregisters (the last fd of the link)
-    _wait_unregistered(name)
+    unregistered_within(name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -40,7 +40,6 @@ Every hyperparameter is in :data:`HP`.  The actor file
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
@@ -80,19 +79,14 @@ HP: dict[str, Any] = {
 def collect(episodes: int, data: Path, *, actor_path: Path | None, pre: str, explore: str, seed: int,
             sender: str = "linux") -> None:
     from ccswitch.envs.lfq_env import LfqEpisodes
-    from ccswitch.testbed.runs.tcp_senders import SENDERS
+    from ccswitch.testbed.runs.tcp_senders import held_loss_based
 
     actor = load_actor(actor_path) if actor_path else None
-    held = contextlib.ExitStack()
-    if SENDERS[sender].loss_based == "bic":
-        from ccswitch.bpf.bic import ensure_bic
-
-        held.enter_context(ensure_bic())
     data.parent.mkdir(parents=True, exist_ok=True)
     done = sum(1 for _ in data.open()) if data.is_file() else 0
     t0 = time.monotonic()
     # A new seed per invocation and resumed count: a resumed collection draws new flows.
-    with held, LfqEpisodes(flows_per_run=HP["flows_per_run"], interval_s=HP["interval_s"],
+    with held_loss_based(sender), LfqEpisodes(flows_per_run=HP["flows_per_run"], interval_s=HP["interval_s"],
                            seed=seed * 100_003 + done, sender=sender) as env, data.open("a") as out:
         for i in range(1, episodes + 1):
             samples = env.episode(actor=actor, pre=pre, explore=explore)
@@ -268,7 +262,7 @@ def _plot(path: Path, curves: dict[str, Any], rows: list[dict[str, Any]], limits
     x = np.linspace(0, 55, 10)
     ax[2].plot(x, x, "k--", lw=0.8, label="1 BDP (Reno's need)")
     k = FULL_LINK_BDP[other]
-    ax[2].plot(x, k * x, "k:", lw=0.8, label=f"{k:g} BDP ({other.upper() if other == 'bic' else 'CUBIC'}'s)")
+    ax[2].plot(x, k * x, "k:", lw=0.8, label=f"{k:g} BDP ({other.upper()}'s)")
     ax[2].set(title="actor's limit on logged states (t_e >= 1 s)", xlabel="BDP (packets)", ylabel="limit (packets)")
     ax[2].legend()
     fig.tight_layout()

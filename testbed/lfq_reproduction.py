@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from .runs.tcp_senders import SENDERS, apply_sender, run_cca
+from .runs.tcp_senders import SENDERS, apply_sender, held_loss_based, run_cca
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = Path("results/lfq-repro")
@@ -166,11 +166,6 @@ def run(n: int, arms: list[str], out: Path, actor_path: Path, seed: int, sender:
     from .runs.topology import Topology
 
     actor = load_actor(actor_path) if "lfq" in arms else None
-    bic = None
-    if SENDERS[sender].loss_based == "bic":
-        from ccswitch.bpf.bic import ensure_bic
-
-        bic = ensure_bic()  # held until the last run: the holder unregisters it after
     todo = [(d, a) for d in draws(n, seed) for a in arms if not (out / a / f"run-{d['i']:04d}.json").is_file()]
     print(f"lfq reproduction: {len(todo)} runs to do ({n} draws x {len(arms)} arms, seed {seed}, sender {sender})",
           file=sys.stderr, flush=True)
@@ -178,8 +173,7 @@ def run(n: int, arms: list[str], out: Path, actor_path: Path, seed: int, sender:
     workdir.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
     with contextlib.ExitStack() as stack:
-        if bic is not None:
-            stack.callback(bic.close)
+        stack.enter_context(held_loss_based(sender))  # until the last run
         topo = stack.enter_context(Topology(1))
         for k, (d, a) in enumerate(todo, 1):
             apply_sender(topo.clients[0], sender, d["cca"])

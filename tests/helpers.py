@@ -24,14 +24,11 @@ def load_bench(name: str) -> ModuleType:
 
 
 def unregistered_within(name: str, timeout_s: float = 2.0) -> bool:
-    """Whether congestion control `name` leaves the kernel within timeout_s: its holder (bpf/holder.py)
-    unregisters it within a poll (0.25 s) of its last user's end."""
-    from ccswitch.host import available_ccas
+    """Whether congestion control `name` leaves the kernel within timeout_s (bpf/holder.py's wait: its
+    holder unregisters it within a poll, 0.25 s, of its last user's end)."""
+    from ccswitch.bpf.holder import unregistered_within as within
 
-    deadline = time.monotonic() + timeout_s
-    while name in available_ccas() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return name not in available_ccas()
+    return within(name, timeout_s)
 
 
 def sample_for(dp: DataPlane, seconds: float, sport: int, interval: float = 1.0) -> list[dict]:

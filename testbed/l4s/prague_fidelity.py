@@ -37,8 +37,8 @@ SCENARIOS = HERE.parent / "scenarios"
 
 
 def main(argv: Sequence[str]) -> int:
+    from ccswitch.bpf import holder
     from ccswitch.bpf.prague import OBJ_PATH, RTT_SCALING, PragueTunables, ensure_prague
-    from ccswitch.host import available_ccas
     from ccswitch.testbed.runs.runner import run_scenario
     from ccswitch.testbed.scenario import ScenarioError, load_scenario
 
@@ -59,11 +59,7 @@ def main(argv: Sequence[str]) -> int:
         return 2
     runs: list[Path] = []
     for seed in a.seeds:
-        # the previous seed's registration goes within its holder's poll and an RCU grace period
-        deadline = time.monotonic() + 3.0
-        while "prague" in available_ccas() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if "prague" in available_ccas():
+        if not holder.unregistered_within("prague", 3.0):  # the previous seed's goes within its holder's poll
             print("prague_fidelity.py: prague is already registered (another process or a module); "
                   "its build would be measured, not --obj", file=sys.stderr)
             return 1

@@ -25,6 +25,7 @@ the CCA its next flow runs.  Used by the reproduction
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 
@@ -56,6 +57,16 @@ SENDERS: dict[str, Sender] = {
 def run_cca(draw_cca: str, sender: str) -> str:
     """The CCA a draw's flow runs under *sender*: Reno stays Reno, the paper's BIC is CUBIC or BIC."""
     return draw_cca if draw_cca == "reno" else SENDERS[sender].loss_based
+
+
+def held_loss_based(sender: str) -> contextlib.AbstractContextManager[object]:
+    """Keep the profile's loss-based CCA registered while the context lasts: ccswitch's BPF BIC (its
+    holder unregisters it after the last user), nothing for the kernel's CUBIC."""
+    if SENDERS[sender].loss_based != "bic":
+        return contextlib.nullcontext()
+    from ccswitch.bpf.bic import ensure_bic
+
+    return ensure_bic()
 
 
 def sender_sysctls(sender: str, draw_cca: str) -> dict[str, str]:
