@@ -15,6 +15,9 @@ the uplink queue one of :data:`ARMS`.  Every draw runs under every arm (paired).
     python -m ccswitch.testbed.lfq_reproduction report [--results results/lfq-repro]
         [--doc docs/network/lfq-reproduction.md]
     python -m ccswitch.testbed.lfq_reproduction report-senders --results DIR --results DIR ...
+    python -m ccswitch.testbed.lfq_reproduction sweep [--reps 3] [--sender no-sack-reno-bic] [--out results/lfq-sweep]
+    python -m ccswitch.testbed.lfq_reproduction report-sweep [--results results/lfq-sweep]
+        [--doc docs/network/lfq-sweep.md]
 
 ``run`` is resumable (a run's JSON is never repeated) and prints progress with
 an ETA; root.  **Measurement**: linkemu's control socket is polled every 10 ms
@@ -26,6 +29,12 @@ peaks shorter than that: the maximum is a lower bound, the same for every
 arm).  The lfq arm also records the limit the agent set, averaged over the
 flow's second half (the paper's "output maximum queue length" once the flow
 is fingerprinted), for the correlation with the BDP and the Reno:CUBIC ratio.
+
+**Sweep** (``sweep``): paper 001 measures the learned limit's dependence (its Table I:
+correlation with the bandwidth, and with the delay; Figure 8) by varying one of them while
+the other stays put.  ``sweep`` does the same with the lfq arm only: bandwidth 5..25 Mbit/s
+at a 15 ms RTT, RTT 5..25 ms at 15 Mbit/s (:data:`SWEEP_GRID`), 5 s flows, Reno and the BIC
+slot, ``--reps`` flows per point; :mod:`ccswitch.testbed.reports.lfq_sweep` reports it.
 
 **Sender** (``--sender``, the profiles of :mod:`ccswitch.testbed.runs.tcp_senders`):
 the client namespace's SACK and the CCA that runs the paper's BIC (CUBIC, or
@@ -160,15 +169,47 @@ def folder_sender(out: Path) -> str | None:
     return None
 
 
+SWEEP_GRID = tuple(5.0 + 2.5 * k for k in range(9))
+"""Paper 001's ranges, 5 to 25 (Mbit/s or ms), in 9 steps: the points of its Figure 8 sweep."""
+SWEEP_FIXED = {"bandwidth_mbit": 15.0, "rtt_ms": 15.0}
+"""The variable a sweep holds still, at the middle of its range (the paper's Figures 5-7 use 15 ms)."""
+SWEEP_DURATION_S = 5.0
+"""The mean of the paper's U[3.75, 6.25] s."""
+SWEEP_FIRST_I = 10_000
+"""Sweep runs are numbered from here, so a sweep folder can never be mistaken for the draws'."""
+
+
+def sweep_draws(reps: int) -> list[dict[str, Any]]:
+    """Paper 001's Figure 8 / Table I set-up: for Reno and the BIC slot, the bandwidth swept at a fixed
+    RTT and the RTT at a fixed bandwidth, *reps* flows per point (each with its own linkemu seed)."""
+    out = []
+    i = SWEEP_FIRST_I
+    for rep in range(1, reps + 1):
+        for cca in ("reno", "cubic"):
+            for var in ("bandwidth_mbit", "rtt_ms"):
+                for v in SWEEP_GRID:
+                    d = {**SWEEP_FIXED, var: v}
+                    out.append({"i": i, "bandwidth_mbit": d["bandwidth_mbit"], "rtt_ms": d["rtt_ms"], "cca": cca,
+                                "duration_s": SWEEP_DURATION_S, "sweep": var, "rep": rep})
+                    i += 1
+    return out
+
+
 def run(n: int, arms: list[str], out: Path, actor_path: Path, seed: int, sender: str = "linux") -> None:
+    """Paper 001's Table VII set-up: *n* draws of its distribution under every arm."""
+    run_draws(draws(n, seed), arms, out, actor_path, sender, f"{n} draws x {len(arms)} arms, seed {seed}")
+
+
+def run_draws(todo_draws: list[dict[str, Any]], arms: list[str], out: Path, actor_path: Path, sender: str,
+              what: str) -> None:
+    """Each draw under each arm, skipping the runs *out* already has; progress with an ETA on stderr."""
     from ccswitch.models.lfq_actor import load_actor
 
     from .runs.topology import Topology
 
     actor = load_actor(actor_path) if "lfq" in arms else None
-    todo = [(d, a) for d in draws(n, seed) for a in arms if not (out / a / f"run-{d['i']:04d}.json").is_file()]
-    print(f"lfq reproduction: {len(todo)} runs to do ({n} draws x {len(arms)} arms, seed {seed}, sender {sender})",
-          file=sys.stderr, flush=True)
+    todo = [(d, a) for d in todo_draws for a in arms if not (out / a / f"run-{d['i']:04d}.json").is_file()]
+    print(f"lfq reproduction: {len(todo)} runs to do ({what}, sender {sender})", file=sys.stderr, flush=True)
     workdir = out / "_work"
     workdir.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
@@ -185,9 +226,9 @@ def run(n: int, arms: list[str], out: Path, actor_path: Path, seed: int, sender:
             dest.write_text(json.dumps(res) + "\n")
             el = time.monotonic() - t_start
             print(f"lfq reproduction: [{k}/{len(todo)}] draw {d['i']} {a}: {res['throughput_mbit']:.1f} Mbit/s "
-                  f"(b {d['bandwidth_mbit']}), avg queue {res['avg_queue_pkts']:.1f}, max {res['max_queue_pkts']}"
-                  f"{', limit ' + str(res.get('limit_late')) if a == 'lfq' else ''}; ETA "
-                  f"{el / k * (len(todo) - k) / 60:.0f} min", file=sys.stderr, flush=True)
+                  f"(b {d['bandwidth_mbit']}, RTT {d['rtt_ms']}), avg queue {res['avg_queue_pkts']:.1f}, "
+                  f"max {res['max_queue_pkts']}{', limit ' + str(res.get('limit_late')) if a == 'lfq' else ''}; "
+                  f"ETA {el / k * (len(todo) - k) / 60:.0f} min", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,6 +244,16 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--sender", choices=list(SENDERS), default="linux",
                    help="the client's TCP: linux (as it comes: SACK, CUBIC for BIC), no-sack (NewReno "
                         "recovery), bic / no-sack-bic (the paper's BIC, bpf/bic.bpf.c)")
+    w = sub.add_parser("sweep", help="paper 001's Figure 8 sweep: the LFQ limit against bandwidth, and against "
+                                    "RTT, per CCA (resumable; root)")
+    w.add_argument("--reps", type=int, default=3, help="flows per point (default 3)")
+    w.add_argument("--out", type=Path, default=Path("results/lfq-sweep"))
+    w.add_argument("--actor", type=Path, default=DEFAULT_ACTOR)
+    w.add_argument("--sender", choices=list(SENDERS), default="no-sack-reno-bic",
+                   help="as for run (default: no-sack-reno-bic, the profile closest to the paper's Table VII)")
+    ws = sub.add_parser("report-sweep", help="Table I (correlations) and Table II (Reno:BIC) from a sweep folder")
+    ws.add_argument("--results", type=Path, default=Path("results/lfq-sweep"))
+    ws.add_argument("--doc", type=Path, default=DEFAULT_DOC.with_name("lfq-sweep.md"))
     p = sub.add_parser("report", help="tables and a plot from the runs")
     p.add_argument("--results", type=Path, default=DEFAULT_OUT)
     p.add_argument("--doc", type=Path, default=DEFAULT_DOC)
@@ -235,15 +286,32 @@ def main(argv: list[str] | None = None) -> int:
 
         report_seeds(dict(zip(labels, a.results, strict=True)), a.doc)
         return 0
+    if a.cmd == "report-sweep":
+        if folder_sender(a.results) is None:
+            ap.error(f"no runs in {a.results}: give a folder written by `sweep`")
+        from .reports.lfq_sweep import report_sweep
+
+        report_sweep(a.results, a.doc)
+        return 0
+    if a.cmd in ("run", "sweep"):
+        had = folder_sender(a.out)
+        if had is not None and had != a.sender:
+            ap.error(f"{a.out} holds runs with sender {had}, not {a.sender}: give --sender {had} "
+                     f"to resume it, or another --out")
+    if a.cmd == "sweep":
+        if a.reps < 1:
+            ap.error(f"--reps {a.reps}: give at least 1 flow per point")
+        from .runs.netns_lifecycle import sigterm_as_exit
+
+        with sigterm_as_exit():
+            sweep = sweep_draws(a.reps)
+            run_draws(sweep, ["lfq"], a.out, a.actor, a.sender, f"sweep, {len(sweep)} points x reps")
+        return 0
     if a.cmd == "run":
         arms = [x for x in a.arms.split(",") if x]
         bad = [x for x in arms if x not in ARMS]
         if bad:
             ap.error(f"unknown arm(s) {', '.join(bad)}; known: {', '.join(ARMS)}")
-        had = folder_sender(a.out)
-        if had is not None and had != a.sender:
-            ap.error(f"{a.out} holds runs with sender {had}, not {a.sender}: give --sender {had} "
-                     f"to resume it, or another --out")
         from .runs.netns_lifecycle import sigterm_as_exit
 
         with sigterm_as_exit():  # kill tears the topology and linkemu down (the run in progress is redone)

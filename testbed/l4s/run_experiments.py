@@ -30,12 +30,16 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ccswitch.bpf.pcc import pcc_held
 from ccswitch.testbed.l4s import report
 from ccswitch.testbed.l4s.make_scenarios import QUEUE_SUFFIX, scenario_name
 from ccswitch.testbed.runs.runner import run_scenario
 from ccswitch.testbed.scenario import ScenarioError, load_scenario
+
+if TYPE_CHECKING:
+    from ccswitch.bpf.prague import PragueHandle
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE.parent / "scenarios"
@@ -48,12 +52,14 @@ DEFAULT_SET = (
 
 
 @contextlib.contextmanager
-def prague_registered() -> Iterator[str]:
+def prague_registered() -> Iterator[PragueHandle]:
+    """Prague registered for the whole session; the handle (``source``; ``repairs()``, the count of the
+    kernel's reductions without Prague that were redone, docs/l4s-kernel.md section 8)."""
     from ccswitch.bpf.prague import ensure_prague
 
     h = ensure_prague()
     try:
-        yield h.source
+        yield h
     finally:
         h.close()
 
@@ -63,8 +69,10 @@ def finished_run(seed_dir: Path) -> Path | None:
     return next((r for r in sorted(seed_dir.glob("run-*")) if (r / "summary.json").is_file()), None)
 
 
-def run_seeds(sc, out: Path, seeds: Sequence[int], source: str) -> list[Path]:
-    """*sc* once per seed into OUT/<name>/seed-<s>/, skipping seeds already finished; with run.json."""
+def run_seeds(sc, out: Path, seeds: Sequence[int], prague: PragueHandle) -> list[Path]:
+    """*sc* once per seed into OUT/<name>/seed-<s>/, skipping seeds already finished; with run.json (UTC
+    start/end, load, Prague's source and its repairs during the run: null when this process's Prague
+    cannot count them, e.g. one registered by another process)."""
     import dataclasses
     import datetime
     import json
@@ -78,7 +86,7 @@ def run_seeds(sc, out: Path, seeds: Sequence[int], source: str) -> list[Path]:
             print(f"run_experiments.py: {sc.name} seed {seed} already done ({done})", file=sys.stderr)
             runs.append(done)
             continue
-        t, load = time.monotonic(), os.getloadavg()
+        t, load, repairs0 = time.monotonic(), os.getloadavg(), prague.repairs()
         start = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         got = run_scenario(dataclasses.replace(sc, seeds=(seed,), repetitions=1), seed_dir, progress=False,
                            plots=False)
@@ -86,7 +94,8 @@ def run_seeds(sc, out: Path, seeds: Sequence[int], source: str) -> list[Path]:
             "scenario": sc.name, "seed": seed, "utc_start": start,
             "utc_end": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "load_before": load, "load_after": os.getloadavg(), "took_s": round(time.monotonic() - t, 1),
-            "prague": source}) + "\n")
+            "prague": prague.source,
+            "prague_repairs": None if repairs0 is None else (prague.repairs() or 0) - repairs0}) + "\n")
         print(f"run_experiments.py: {sc.name} seed {seed} took {time.monotonic() - t:.0f} s", file=sys.stderr)
         runs += got
     return runs
@@ -121,11 +130,11 @@ def main(argv: Sequence[str]) -> int:
             return 2
         # a PCC registration of this process: another job's run ending cannot take `pcc` from these
         # runs (seen in 4 of 51 runs for docs/l4s.md "Paper 004")
-        with prague_registered() as source, pcc_held(any(f.cca == "pcc" for sc in scenarios for f in sc.flows)):
-            print(f"run_experiments.py: prague from {source}; {len(scenarios)} scenario(s)", file=sys.stderr)
+        with prague_registered() as prague, pcc_held(any(f.cca == "pcc" for sc in scenarios for f in sc.flows)):
+            print(f"run_experiments.py: prague from {prague.source}; {len(scenarios)} scenario(s)", file=sys.stderr)
             for sc in scenarios:
                 if a.seeds:
-                    runs += run_seeds(sc, a.out, a.seeds, source)
+                    runs += run_seeds(sc, a.out, a.seeds, prague)
                     continue
                 t = time.monotonic()
                 runs += run_scenario(sc, a.out / sc.name, progress=True, plots=False)

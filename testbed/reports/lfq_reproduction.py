@@ -275,8 +275,8 @@ def seeds_markdown(per_seed: dict[str, dict[str, Any]], all_seeds: dict[str, Any
         lines.append(f"| {name} {op} | " + " | ".join(cells) + f" | {_ratio_cell(p)} | "
                      + ("yes" if p["met"] else "**no**") + " |")
     if "learned" in all_seeds:
-        def corr(s: dict[str, Any]) -> str:
-            return _f(s["learned"]["reno"]["corr_bdp"], 2) if "learned" in s else "-"
+        def corr(s: dict[str, Any], key: str = "corr_bdp") -> str:
+            return _f(s["learned"]["reno"][key], 2) if "learned" in s else "-"
 
         def ratio(s: dict[str, Any]) -> str:
             return _f(s["learned"]["reno_cubic_ratio"], 2) if "learned" in s else "-"
@@ -285,6 +285,12 @@ def seeds_markdown(per_seed: dict[str, dict[str, Any]], all_seeds: dict[str, Any
         lines.append("| learned limit vs BDP, Reno, correlation >= 0.9 | "
                      + " | ".join(corr(s) for s in per_seed.values()) + f" | {corr(all_seeds)} | "
                      + ("yes" if le["reno"]["corr_bdp"] >= TARGETS["corr_reno"] else "**no**") + " |")
+        for key, name in (("corr_bandwidth", "bandwidth"), ("corr_rtt", "RTT")):
+            # the paper's Table I measure sweeps one variable with the other held: lfq-sweep.md
+            lines.append(f"| learned limit vs {name} over these draws, Reno, correlation >= 0.9 (the paper's "
+                         "measure is a sweep: [lfq-sweep.md](lfq-sweep.md)) | "
+                         + " | ".join(corr(s, key) for s in per_seed.values()) + f" | {corr(all_seeds, key)} | "
+                         + ("yes" if le["reno"][key] >= TARGETS["corr_reno"] else "**no**") + " |")
         second = all_seeds.get("ccas", ["reno", "cubic"])[1].upper()
         lines.append(f"| Reno:{second} mean learned limit >= 2 | " + " | ".join(ratio(s) for s in per_seed.values())
                      + f" | {ratio(all_seeds)} | "
