@@ -59,13 +59,16 @@ def markdown(cells: dict[tuple[str, str], list[Cell]], meta: dict[str, list[dict
         if extra:
             lines += ["", *extra]
         lines.append("")
-    lines += ["## Runs", "", "| scenario | seed | UTC start | UTC end | load avg (1 min) before / after |",
-              "|---|---|---|---|---|"]
+    lines += ["## Runs", "", "Prague repairs: the reductions the kernel made without Prague that Prague redid "
+              "during the run (docs/l4s-kernel.md section 8; '-': not recorded, runs before 28 Nov).", "",
+              "| scenario | seed | UTC start | UTC end | load avg (1 min) before / after | Prague repairs |",
+              "|---|---|---|---|---|---|"]
     for name, recs in sorted(meta.items()):
         for r in recs:
             lb, la = r.get("load_before", [math.nan])[0], r.get("load_after", [math.nan])[0]
+            rep = r.get("prague_repairs")
             lines.append(f"| {name} | {r['seed']} | {r.get('utc_start', '-')} | {r.get('utc_end', '-')} | "
-                         f"{num(lb, 1)} / {num(la, 1)} |")
+                         f"{num(lb, 1)} / {num(la, 1)} | {'-' if rep is None else rep} |")
     return "\n".join(lines) + "\n"
 
 
