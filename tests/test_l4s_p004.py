@@ -99,8 +99,9 @@ T0 = 1_700_000_000.0
 
 
 def fake_run(root: Path, scenario: str, flows: list[tuple[str, int, str, float, float, float]],
-             l_ms: float, c_ms: float, seed: int = 1) -> Path:
-    """A finished run folder: flows (name, client, cca, start, end, Mbit/s), per-class delays constant."""
+             l_ms: float, c_ms: float, seed: int = 1, l_max_ms: dict[int, float] | None = None) -> Path:
+    """A finished run folder: flows (name, client, cca, start, end, Mbit/s), per-class delays constant but
+    for the L queue's max in the intervals *l_max_ms* names (by their end, s)."""
     src = SCENARIOS / f"{scenario}.toml"
     run = root / scenario / f"seed-{seed}" / f"run-01-seed-{seed}"
     (run / "iperf").mkdir(parents=True)
@@ -122,8 +123,9 @@ def fake_run(root: Path, scenario: str, flows: list[tuple[str, int, str, float, 
         w.writerow(cols)
         for k in range(1, int(dur) + 1):
             row = [k, "uplink", -1]
-            for ms in (l_ms, c_ms):
-                row += [150_000, 1, 0, ms * 1000, ms * 1200, ms * 2000]
+            for q, ms in (("l", l_ms), ("c", c_ms)):
+                peak = (l_max_ms or {}).get(k, 2 * ms) if q == "l" else 2 * ms
+                row += [150_000, 1, 0, ms * 1000, ms * 1200, peak * 1000]
             w.writerow(row)
     cls = {"packets_out": 1000, "ecn_marks": 10, "drops_total": 0, "sojourn_us": {
         "mean": 100.0, "p90": 200.0, "p99": 300.0, "max": 900.0}}
@@ -154,6 +156,19 @@ def test_report_reads_vdq_classes_policies_and_ctvs(tmp_path: Path) -> None:
     assert "CTV_0 (L4S VQ) mean / max" in md and "| 1000 / 2000 | 3000 / 4000 | 0 / 0, 1 / 2 |" in md
     assert "do not exist here" in md and "p' mean / max" not in md  # no DualPI2 columns for a VDQ run
     assert "Gold:Silver" in md
+
+
+def test_a_queue_interval_straddling_a_phase_boundary_counts_in_neither_phase(tmp_path: Path) -> None:
+    # flows join at 20.7 s; linkemu's interval 20-21 s holds their first 0.3 s, and a 9 ms L peak in it is
+    # the new phase's slow start (inside its settling time), not the steady state of the phase before
+    flows = [("C1", 1, "cubic", 0, 60, 20.0), ("L1", 2, "prague", 0, 60, 20.0), ("L2", 3, "prague", 20.7, 60, 5.0)]
+    r = analyse(fake_run(tmp_path, "l4s-dyn-cubic-vs-prague-vdq", flows, l_ms=0.3, c_ms=5.0,
+                         l_max_ms={21: 9.0, 14: 1.5, 40: 1.7}))
+    before, after = r.phases
+    assert (before.end_s, after.start_s) == (pytest.approx(20.7), pytest.approx(20.7))
+    assert before.delay_ms["L4S"]["max"] == pytest.approx(1.5)  # 5-20 s: the 9 ms interval is not its own
+    assert after.delay_ms["L4S"]["max"] == pytest.approx(1.7)  # from 25.7 s: the 26-27 s interval on
+    assert after.delay_ms["L4S"]["mean"] == pytest.approx(0.3)
 
 
 def test_p004_aligns_seeds_and_evaluates_targets(tmp_path: Path) -> None:

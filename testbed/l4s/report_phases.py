@@ -13,7 +13,10 @@ Phases are the stretches between flow starts and stops (paper 004's 20 s phases;
 * Jain's index over the flows' mean goodputs; utilisation = sum of goodputs (+ 52 bytes of TCP/IP headers
   per 1448-byte segment) / link rate;
 * per queue (L, C) of a class with flows in the phase: sojourn mean weighted by packets, p90 = mean of the
-  per-interval p90s, max = max of the per-interval maxima (ms); CE marks and drops per packet, %.
+  per-interval p90s, max = max of the per-interval maxima (ms); CE marks and drops per packet, %; over
+  linkemu's intervals that lie wholly inside the phase's window (:func:`intervals_within`; before 28 Nov an
+  interval counted where its middle fell, so one straddling a boundary gave the phase before it the
+  next phase's first slow-start peak).
 """
 
 from __future__ import annotations
@@ -93,6 +96,20 @@ def _goodput_phase(a: float, b: float, active: Sequence[FlowInfo], flow_mbps: di
     )
 
 
+def intervals_within(t_end: Sequence[float], lo: float, hi: float) -> list[int]:
+    """The queue intervals (linkemu's, given by their end times, of equal length) that lie wholly in [lo, hi].
+
+    An interval that straddles a phase boundary holds both phases: a flow that joins 0.2 s before an
+    interval ends puts its slow start into it, and that queue peak belongs to the new phase (whose first
+    SETTLE_S are left out), not to the steady state of the one before."""
+    if not t_end:
+        return []
+    steps = sorted(b - a for a, b in itertools.pairwise(t_end) if b > a)
+    step = steps[len(steps) // 2] if steps else 1.0
+    eps = 1e-6
+    return [i for i, t in enumerate(t_end) if t - step >= lo - eps and t <= hi + eps]
+
+
 def _add_queue_stats(ph: PhaseResult, qi_all: Sequence[int], queue: dict[str, dict[str, list[float]]]) -> None:
     """Per class with flows in *ph*: its queue's delay, marks and drops over the intervals *qi_all*."""
     for k in CLASSES:
@@ -137,7 +154,7 @@ def analyse(run_dir: Path) -> RunResult:
         flow_mbps = {f.name: nanmean([series.get(f.name, [math.nan] * len(t_s))[i] for i in idx]) for f in active}
         ph = _goodput_phase(a, b, active, flow_mbps, rate)
         if qt:
-            _add_queue_stats(ph, [i for i, t in enumerate(qt) if lo < t - 0.5 < b], queue)
+            _add_queue_stats(ph, intervals_within(qt, lo, b), queue)
         phases.append(ph)
     daemon_dir = run_dir / "daemon"
     events = daemon_events(run_dir, float(meta.get("t0_epoch") or 0.0)) if daemon_dir.is_dir() else []
