@@ -99,9 +99,11 @@ T0 = 1_700_000_000.0
 
 
 def fake_run(root: Path, scenario: str, flows: list[tuple[str, int, str, float, float, float]],
-             l_ms: float, c_ms: float, seed: int = 1, l_max_ms: dict[int, float] | None = None) -> Path:
+             l_ms: float, c_ms: float, seed: int = 1, l_max_ms: dict[int, float] | None = None,
+             t_offset: float = 0.0) -> Path:
     """A finished run folder: flows (name, client, cca, start, end, Mbit/s), per-class delays constant but
-    for the L queue's max in the intervals *l_max_ms* names (by their end, s)."""
+    for the L queue's max in the intervals *l_max_ms* names (by their end, s); linkemu's intervals end
+    *t_offset* s after whole seconds of the scenario clock."""
     src = SCENARIOS / f"{scenario}.toml"
     run = root / scenario / f"seed-{seed}" / f"run-01-seed-{seed}"
     (run / "iperf").mkdir(parents=True)
@@ -122,7 +124,7 @@ def fake_run(root: Path, scenario: str, flows: list[tuple[str, int, str, float, 
         w = csv.writer(f)
         w.writerow(cols)
         for k in range(1, int(dur) + 1):
-            row = [k, "uplink", -1]
+            row = [k + t_offset, "uplink", -1]
             for q, ms in (("l", l_ms), ("c", c_ms)):
                 peak = (l_max_ms or {}).get(k, 2 * ms) if q == "l" else 2 * ms
                 row += [150_000, 1, 0, ms * 1000, ms * 1200, peak * 1000]
@@ -169,6 +171,13 @@ def test_a_queue_interval_straddling_a_phase_boundary_counts_in_neither_phase(tm
     assert before.delay_ms["L4S"]["max"] == pytest.approx(1.5)  # 5-20 s: the 9 ms interval is not its own
     assert after.delay_ms["L4S"]["max"] == pytest.approx(1.7)  # from 25.7 s: the 26-27 s interval on
     assert after.delay_ms["L4S"]["mean"] == pytest.approx(0.3)
+    # iperf3 stamps a start in whole seconds: a join at 21.0-22.0 s reads 21.5.  With linkemu's intervals
+    # ending at x.3 s, the one ending at 21.3 may hold the join and is left out; the one before is the last
+    flows[2] = ("L2", 3, "prague", 21.2, 60, 5.0)
+    r = analyse(fake_run(tmp_path / "late", "l4s-dyn-cubic-vs-prague-vdq", flows, l_ms=0.3, c_ms=5.0,
+                         l_max_ms={21: 9.0, 20: 1.5}, t_offset=0.3))
+    assert r.phases[0].end_s == pytest.approx(21.5)
+    assert r.phases[0].delay_ms["L4S"]["max"] == pytest.approx(1.5)
 
 
 def test_p004_aligns_seeds_and_evaluates_targets(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ Phases are the stretches between flow starts and stops (paper 004's 20 s phases;
   per 1448-byte segment) / link rate;
 * per queue (L, C) of a class with flows in the phase: sojourn mean weighted by packets, p90 = mean of the
   per-interval p90s, max = max of the per-interval maxima (ms); CE marks and drops per packet, %; over
-  linkemu's intervals that lie wholly inside the phase's window (:func:`intervals_within`; before 28 Nov an
+  linkemu's intervals that lie wholly inside the phase's window, which ends :data:`START_UNCERTAINTY_S`
+  before the next boundary (:func:`intervals_within`; before 28 Nov an
   interval counted where its middle fell, so one straddling a boundary gave the phase before it the
   next phase's first slow-start peak).
 """
@@ -45,6 +46,9 @@ SETTLE_S = 5.0
 """Seconds after each phase boundary left out of the phase's means."""
 MIN_PHASE_S = 4.0
 """Shorter stretches between flow starts/stops are transitions, not phases (they are not reported)."""
+START_UNCERTAINTY_S = 0.5
+"""A flow's start is known to +-0.5 s (iperf3 stamps it in whole seconds: report_read.actual_lifetime), so a
+phase's queue statistics stop this long before the next boundary: the next flows' slow start is not its own."""
 
 
 def cca_seconds(flows: Sequence[FlowInfo], events: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -154,7 +158,7 @@ def analyse(run_dir: Path) -> RunResult:
         flow_mbps = {f.name: nanmean([series.get(f.name, [math.nan] * len(t_s))[i] for i in idx]) for f in active}
         ph = _goodput_phase(a, b, active, flow_mbps, rate)
         if qt:
-            _add_queue_stats(ph, intervals_within(qt, lo, b), queue)
+            _add_queue_stats(ph, intervals_within(qt, lo, b - START_UNCERTAINTY_S), queue)
         phases.append(ph)
     daemon_dir = run_dir / "daemon"
     events = daemon_events(run_dir, float(meta.get("t0_epoch") or 0.0)) if daemon_dir.is_dir() else []
