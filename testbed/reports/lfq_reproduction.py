@@ -61,7 +61,8 @@ def _boot_ratio(num: np.ndarray, den: np.ndarray, rng: np.random.Generator) -> t
     return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
 
 
-def _corr(x: list[float], y: list[float]) -> float:
+def pearson(x: list[float], y: list[float]) -> float:
+    """Pearson correlation; nan with fewer than 3 points or a constant side."""
     return float(np.corrcoef(x, y)[0, 1]) if len(x) > 2 and np.std(x) > 0 and np.std(y) > 0 else math.nan
 
 
@@ -98,11 +99,11 @@ def summarise(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
         for cca in ("reno", second):
             rs = [r for r in lrs if r["cca"] == cca]
             lim = [r["limit_late"] for r in rs]
-            bdp = [r["bandwidth_mbit"] * 1e6 * r["rtt_ms"] / 1e3 / MTU_BITS for r in rs]
+            bdp = [bdp_packets(r) for r in rs]
             learned[cca] = {"n": len(rs), "mean_limit": float(np.mean(lim)) if lim else math.nan,
-                            "corr_bdp": _corr(bdp, lim),
-                            "corr_bandwidth": _corr([r["bandwidth_mbit"] for r in rs], lim),
-                            "corr_rtt": _corr([r["rtt_ms"] for r in rs], lim),
+                            "corr_bdp": pearson(bdp, lim),
+                            "corr_bandwidth": pearson([r["bandwidth_mbit"] for r in rs], lim),
+                            "corr_rtt": pearson([r["rtt_ms"] for r in rs], lim),
                             "mean_bdp": float(np.mean(bdp)) if bdp else math.nan}
         # "cubic": the paper's BIC stand-in whichever CCA ran it, so pages of every sender read alike
         learned["reno_cubic_ratio"] = learned["reno"]["mean_limit"] / learned[second]["mean_limit"] \
@@ -114,7 +115,13 @@ def summarise(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
     return s
 
 
-def _f(x: float, nd: int = 1) -> str:
+def bdp_packets(r: dict[str, Any]) -> float:
+    """A run's bandwidth-delay product in MTU-sized packets."""
+    return r["bandwidth_mbit"] * 1e6 * r["rtt_ms"] / 1e3 / MTU_BITS
+
+
+def fmt(x: float, nd: int = 1) -> str:
+    """*x* with *nd* decimals; '-' for None or nan."""
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
@@ -128,14 +135,15 @@ def markdown(s: dict[str, Any], png: str) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for a, m in s["arms"].items():
         p = PAPER[a]
-        lines.append(f"| {a} | {_f(m['throughput_mbit'], 2)} | {p[0]} | {_f(100 * m['utilisation'])} % | "
-                     f"{_f(m['max_queue_pkts'])} | {p[1]} | {_f(m['avg_queue_pkts'])} | {p[2]} |")
+        lines.append(f"| {a} | {fmt(m['throughput_mbit'], 2)} | {p[0]} | {fmt(100 * m['utilisation'])} % | "
+                     f"{fmt(m['max_queue_pkts'])} | {p[1]} | {fmt(m['avg_queue_pkts'])} | {p[2]} |")
     if s.get("per_cca"):
         lines += ["", "Per CCA (same draws): throughput (Mbit/s) / max queue / avg queue (packets):", "",
                   f"| queue | reno | {second} |", "|---|---|---|"]
         for a, per in s["per_cca"].items():
             lines.append(f"| {a} | " + " | ".join(
-                f"{_f(per[c]['throughput_mbit'], 2)} / {_f(per[c]['max_queue_pkts'])} / {_f(per[c]['avg_queue_pkts'])}"
+                f"{fmt(per[c]['throughput_mbit'], 2)} / {fmt(per[c]['max_queue_pkts'])} "
+                f"/ {fmt(per[c]['avg_queue_pkts'])}"
                 if c in per else "-" for c in ("reno", second)) + " |")
     base = [a for a in ("fq-100", "fq-1000", "fq_codel") if a in s["arms"]]
     if base:
@@ -162,15 +170,16 @@ def markdown(s: dict[str, Any], png: str) -> str:
                   "|---|---|---|---|---|---|---|"]
         for cca in ("reno", second):
             c = le[cca]
-            lines.append(f"| {cca} | {c['n']} | {_f(c['mean_limit'])} | {_f(c['mean_bdp'])} | {_f(c['corr_bdp'], 3)} "
-                         f"| {_f(c['corr_bandwidth'], 3)} | {_f(c['corr_rtt'], 3)} |")
+            lines.append(f"| {cca} | {c['n']} | {fmt(c['mean_limit'])} | {fmt(c['mean_bdp'])} "
+                         f"| {fmt(c['corr_bdp'], 3)} "
+                         f"| {fmt(c['corr_bandwidth'], 3)} | {fmt(c['corr_rtt'], 3)} |")
         ok_c = le["reno"]["corr_bdp"] >= TARGETS["corr_reno"]
         ok_r = le["reno_cubic_ratio"] >= TARGETS["reno_cubic"]
-        lines += ["", f"Reno correlation with the BDP {_f(le['reno']['corr_bdp'], 3)} (target >= 0.9: "
+        lines += ["", f"Reno correlation with the BDP {fmt(le['reno']['corr_bdp'], 3)} (target >= 0.9: "
                       f"{'met' if ok_c else '**not met**'}); Reno:{second.upper()} mean limit "
-                      f"{_f(le['reno_cubic_ratio'], 2)} "
+                      f"{fmt(le['reno_cubic_ratio'], 2)} "
                       f"(target >= 2: {'met' if ok_r else '**not met**'}; the paper's online agent: 14:8 = 1.75, "
-                      f"offline 22:8).  Agent cost: median {_f(le['cpu_ms_per_step_median'], 3)} ms CPU per 10 ms "
+                      f"offline 22:8).  Agent cost: median {fmt(le['cpu_ms_per_step_median'], 3)} ms CPU per 10 ms "
                       f"step; loops that stopped on an error: {le['agent_errors']}."]
     lines += ["", f"![paper 001 reproduction]({png})", ""]
     return "\n".join(lines)
@@ -198,7 +207,7 @@ def plot(runs: dict[str, dict[int, dict[str, Any]]], s: dict[str, Any], path: Pa
     for cca, c in (("reno", "C0"), (loss_based_cca(runs), "C3")):
         rs = [r for r in runs.get("lfq", {}).values() if r["cca"] == cca and r.get("limit_late") is not None]
         if rs:
-            bdp = [r["bandwidth_mbit"] * 1e6 * r["rtt_ms"] / 1e3 / MTU_BITS for r in rs]
+            bdp = [bdp_packets(r) for r in rs]
             ax[3].scatter(bdp, [r["limit_late"] for r in rs], s=10, color=c, alpha=0.7, label=cca)
     from ccswitch.models.lfq_ceiling import FULL_LINK_BDP
 
@@ -255,8 +264,8 @@ def seeds_markdown(per_seed: dict[str, dict[str, Any]], all_seeds: dict[str, Any
                                      ("max_queue_pkts", "max queue (pkts)", 1, 1),
                                      ("avg_queue_pkts", "avg queue (pkts)", 2, 1)):
             vals = [per_seed[lb]["arms"][a][metric] for lb in labels]
-            lines.append(f"| {a} | {name} | " + " | ".join(_f(v, nd) for v in vals)
-                         + f" | {_f(float(np.mean(vals)), nd)} | {PAPER[a][pi]} |")
+            lines.append(f"| {a} | {name} | " + " | ".join(fmt(v, nd) for v in vals)
+                         + f" | {fmt(float(np.mean(vals)), nd)} | {PAPER[a][pi]} |")
     within = {lb: sum(0.85 <= r <= 1.15 for a in ("fq-100", "fq-1000", "fq_codel") if a in per_seed[lb]["arms"]
                       for r in within_paper(per_seed[lb]["arms"][a], a)) for lb in labels}
     lines += ["", "Sender: **" + ", ".join(sorted({s.get("sender", "linux") for s in per_seed.values()})) + "**.  "
@@ -276,10 +285,10 @@ def seeds_markdown(per_seed: dict[str, dict[str, Any]], all_seeds: dict[str, Any
                      + ("yes" if p["met"] else "**no**") + " |")
     if "learned" in all_seeds:
         def corr(s: dict[str, Any], key: str = "corr_bdp") -> str:
-            return _f(s["learned"]["reno"][key], 2) if "learned" in s else "-"
+            return fmt(s["learned"]["reno"][key], 2) if "learned" in s else "-"
 
         def ratio(s: dict[str, Any]) -> str:
-            return _f(s["learned"]["reno_cubic_ratio"], 2) if "learned" in s else "-"
+            return fmt(s["learned"]["reno_cubic_ratio"], 2) if "learned" in s else "-"
 
         le = all_seeds["learned"]
         lines.append("| learned limit vs BDP, Reno, correlation >= 0.9 | "
@@ -345,8 +354,8 @@ def senders_markdown(per_sender: dict[str, dict[str, Any]]) -> str:
     for a in ("fq-100", "fq-1000", "fq_codel"):
         if not all(a in s["arms"] for s in per_sender.values()):
             continue
-        cells = [f"{_f(m['throughput_mbit'], 2)}, {_f(100 * m['utilisation'])} % / {_f(m['max_queue_pkts'])} / "
-                 f"{_f(m['avg_queue_pkts'])}" for m in (per_sender[lb]["arms"][a] for lb in labels)]
+        cells = [f"{fmt(m['throughput_mbit'], 2)}, {fmt(100 * m['utilisation'])} % / {fmt(m['max_queue_pkts'])} / "
+                 f"{fmt(m['avg_queue_pkts'])}" for m in (per_sender[lb]["arms"][a] for lb in labels)]
         p = PAPER[a]
         lines.append(f"| {a} | " + " | ".join(cells) + f" | {p[0]} / {p[1]} / {p[2]} |")
     lines += ["", "Per CCA (throughput Mbit/s / max queue / avg queue; the paper gives only the mix):", "",
@@ -358,8 +367,8 @@ def senders_markdown(per_sender: dict[str, dict[str, Any]]) -> str:
                 per = per_sender[lb]["per_cca"].get(a, {})
                 cca = per_sender[lb]["ccas"][k]
                 m = per.get(cca)
-                cells.append(f"{cca}: {_f(m['throughput_mbit'], 2)} / {_f(m['max_queue_pkts'])} / "
-                             f"{_f(m['avg_queue_pkts'])}" if m else "-")
+                cells.append(f"{cca}: {fmt(m['throughput_mbit'], 2)} / {fmt(m['max_queue_pkts'])} / "
+                             f"{fmt(m['avg_queue_pkts'])}" if m else "-")
             lines.append(f"| {a} | {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

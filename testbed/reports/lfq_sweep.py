@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from .lfq_reproduction import bdp_packets, fmt, pearson
+
 PAPER_TABLE_I = {"reno": {"bandwidth_mbit": 0.983, "rtt_ms": 0.991}, "bic": {"bandwidth_mbit": 0.802, "rtt_ms": 0.902}}
 """Paper 001 Table I (alpha of section V-A): correlation of the output limit with the bandwidth and the delay."""
 PAPER_TABLE_II = {"reno": 22.0, "bic": 8.0}
@@ -35,17 +37,12 @@ TARGET_CORR = 0.9
 TARGET_RATIO = 2.0
 """Issue 13: Reno's mean learned limit >= 2x the BIC slot's."""
 VARIABLES = {"bandwidth_mbit": "bandwidth (Mbit/s)", "rtt_ms": "RTT (ms)"}
-MTU_BITS = 1500 * 8
 
 
 def load_sweep(results: Path) -> list[dict[str, Any]]:
     """The sweep's LFQ runs that recorded a late limit (a flow too short to have a second half has none)."""
     runs = [json.loads(f.read_text()) for f in sorted((results / "lfq").glob("run-*.json"))]
     return [r for r in runs if r.get("sweep") in VARIABLES and r.get("limit_late") is not None]
-
-
-def _corr(x: list[float], y: list[float]) -> float:
-    return float(np.corrcoef(x, y)[0, 1]) if len(x) > 2 and np.std(x) > 0 and np.std(y) > 0 else math.nan
 
 
 def _slope(points: list[dict[str, float]], key: str) -> float:
@@ -73,19 +70,15 @@ def summarise_sweep(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 points.append({"x": x, "n": len(at), "limit": float(np.mean(lims)), "sd": float(np.std(lims)),
                                "utilisation": float(np.mean([r["throughput_mbit"] / r["bandwidth_mbit"] for r in at])),
                                "avg_queue": float(np.mean([r["avg_queue_pkts"] for r in at])),
-                               "bdp": float(np.mean([r["bandwidth_mbit"] * 1e3 * r["rtt_ms"] / MTU_BITS for r in at]))})
+                               "bdp": float(np.mean([bdp_packets(r) for r in at]))})
             per[var] = {"points": points,
-                        "corr_points": _corr([p["x"] for p in points], [p["limit"] for p in points]),
-                        "corr_flows": _corr([float(r[var]) for r in rs], [r["limit_late"] for r in rs]),
+                        "corr_points": pearson([p["x"] for p in points], [p["limit"] for p in points]),
+                        "corr_flows": pearson([float(r[var]) for r in rs], [r["limit_late"] for r in rs]),
                         "slope_vs_bdp": _slope(points, "limit") / _slope(points, "bdp")}
         out["per_cca"][cca] = per
     if len(ccas) == 2:
         out["ratio"] = out["per_cca"][ccas[0]]["mean_limit"] / out["per_cca"][ccas[1]]["mean_limit"]
     return out
-
-
-def _f(x: float, nd: int = 2) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
 def sweep_markdown(s: dict[str, Any], png: str) -> str:
@@ -101,25 +94,25 @@ def sweep_markdown(s: dict[str, Any], png: str) -> str:
         c = s["per_cca"][cca]
         ref = PAPER_TABLE_I.get("reno" if cca == "reno" else "bic", {})
         lines.append(f"| {cca} | " + " | ".join(
-            f"{_f(c[v]['corr_points'])} | {_f(c[v]['corr_flows'])} | {ref.get(v, math.nan):.3f} "
-            f"| {_f(c[v]['slope_vs_bdp'])}" for v in VARIABLES) + " |")
+            f"{fmt(c[v]['corr_points'], 2)} | {fmt(c[v]['corr_flows'], 2)} | {ref.get(v, math.nan):.3f} "
+            f"| {fmt(c[v]['slope_vs_bdp'], 2)}" for v in VARIABLES) + " |")
     lines += ["", "*Growth / BDP's*: the limit's least-squares slope over the sweep divided by the BDP's (1: the "
               "limit grows packet for packet with the BDP; a correlation says only that it grows in a line)."]
     lines += ["", "**Table II** (mean learned limit over all the sweep's flows, packets):", "",
               "| CCA | ours | paper |", "|---|---|---|"]
     for cca in ccas:
-        lines.append(f"| {cca} | {_f(s['per_cca'][cca]['mean_limit'], 1)} "
+        lines.append(f"| {cca} | {fmt(s['per_cca'][cca]['mean_limit'], 1)} "
                      f"| {PAPER_TABLE_II['reno' if cca == 'reno' else 'bic']:.0f} |")
     if "reno" in s["per_cca"]:
         r = s["per_cca"]["reno"]
         verdict = []
         for var, name in (("bandwidth_mbit", "bandwidth"), ("rtt_ms", "delay")):
             c = r[var]["corr_points"]
-            verdict.append(f"with the {name} {_f(c)} ({'met' if c >= TARGET_CORR else '**not met**'})")
+            verdict.append(f"with the {name} {fmt(c, 2)} ({'met' if c >= TARGET_CORR else '**not met**'})")
         lines += ["", f"Issue 13's targets, Reno (correlation >= {TARGET_CORR}): " + "; ".join(verdict) + "."]
         if "ratio" in s:
             ok = s["ratio"] >= TARGET_RATIO
-            lines[-1] += (f"  Reno:{ccas[1]} mean limit {_f(s['ratio'])} (target >= {TARGET_RATIO:g}: "
+            lines[-1] += (f"  Reno:{ccas[1]} mean limit {fmt(s['ratio'], 2)} (target >= {TARGET_RATIO:g}: "
                           f"{'met' if ok else '**not met**'}; the paper 22:8 = 2.75).")
     lines += ["", "Per point (mean limit +- s.d. over the flows / utilisation / average queue, packets):", ""]
     for var, label in VARIABLES.items():
