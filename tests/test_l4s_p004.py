@@ -214,3 +214,34 @@ def test_p004_reads_a_variants_twins_under_the_templates_names(tmp_path: Path) -
     c_means = {q: cs[0].phases[0].delay_ms["Classic"]["mean"] for (_, q), cs in cells.items()}
     assert c_means == {"dualpi2": pytest.approx(12.0), "vdq_csaqm": pytest.approx(9.0)}
 
+
+
+def test_steady_twins_differ_from_their_vdq_files_only_in_the_ctv_rule() -> None:
+    vdq = gen.all_scenarios(("vdq_csaqm",))
+    twins = {n for n in vdq if n.endswith("-steady-vdq")}
+    plain = {n for n in vdq if n.endswith("-vdq") and not n.endswith("-steady-vdq")}
+    assert twins == {gen.steady_name(n) for n in plain} and len(twins) >= 13  # not the -daemon files
+    for name in plain:
+        a, b = tomllib.loads(vdq[name]), tomllib.loads(vdq[gen.steady_name(name)])
+        qa, qb = a["link"]["uplink"].pop("qdisc"), b["link"]["uplink"].pop("qdisc")
+        assert qb == qa | gen.STEADY_CTV and qa.get("ctv_rule", "paper") == "paper"
+        assert a["flows"] == b["flows"] and a["link"] == b["link"] and a["duration_s"] == b["duration_s"]
+        assert (SCENARIOS / f"{gen.steady_name(name)}.toml").read_text() == vdq[gen.steady_name(name)]
+    with pytest.raises(ValueError, match="vdq_csaqm's"):
+        gen.qdisc_toml(queue="dualpi2", steady=True)
+
+
+def test_p004_steady_variant_reads_dualpi2_without_the_suffix(tmp_path: Path) -> None:
+    dyn = [("C1", 1, "cubic", 0, 80, 20.0), ("L1", 2, "prague", 0, 80, 25.0)]
+    fake_run(tmp_path, "l4s-dyn-cubic-vs-prague", dyn, l_ms=0.4, c_ms=15.0)
+    fake_run(tmp_path, "l4s-dyn-cubic-vs-prague-vdq", dyn, l_ms=0.3, c_ms=11.0)  # the paper's CTV: not read
+    fake_run(tmp_path, "l4s-dyn-cubic-vs-prague-steady-vdq", dyn, l_ms=0.3, c_ms=7.0)
+    fake_run(tmp_path, "l4s-dyn-cubic-vs-prague-rtt40", dyn, l_ms=0.4, c_ms=13.0)
+    fake_run(tmp_path, "l4s-dyn-cubic-vs-prague-rtt40-steady-vdq", dyn, l_ms=0.3, c_ms=6.0)
+    assert p004_cells.queue_variant("-rtt40-steady", "dualpi2") == "-rtt40"
+    assert p004_cells.queue_variant("-rtt40-steady", "vdq_csaqm") == "-rtt40-steady"
+    for variant, want in (("-steady", {"dualpi2": 15.0, "vdq_csaqm": 7.0}),
+                          ("-rtt40-steady", {"dualpi2": 13.0, "vdq_csaqm": 6.0})):
+        cells, _ = p004_cells.collect(tmp_path, variant)
+        c_means = {q: cs[0].phases[0].delay_ms["Classic"]["mean"] for (_, q), cs in cells.items()}
+        assert c_means == {q: pytest.approx(v) for q, v in want.items()}, variant

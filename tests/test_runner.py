@@ -156,11 +156,14 @@ def _wait_running(proc: subprocess.Popen[str], tmp_path: Path, timeout: float = 
 
 
 @pytest.mark.kernel
-def test_ctrl_c_removes_everything(tmp_path: Path, iperf3: str) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_ctrl_c_removes_everything(tmp_path: Path, iperf3: str, sig: signal.Signals) -> None:
+    """Ctrl-C, and SIGTERM (kill, systemd stop, a session's end: until 28 Nov it killed the runner at once and
+    left its namespaces, linkemu and iperf3 behind), tear the run down."""
     proc = _start_run(tmp_path)
     try:
         _wait_running(proc, tmp_path)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -169,6 +172,29 @@ def test_ctrl_c_removes_everything(tmp_path: Path, iperf3: str) -> None:
     assert proc.returncode != 0
     assert _owned_by(proc.pid) == []
     assert _procs_mentioning(str(tmp_path)) == []
+
+
+@pytest.mark.kernel
+def test_sigterm_unwinds_run_once_called_from_a_driver(tmp_path: Path, iperf3: str) -> None:
+    """The drivers (testbed/l4s/run_experiments.py, experiments.py, ...) call run_once without the CLI's signal
+    handlers: until 28 Nov a SIGTERM killed them at once, leaving the run's namespaces, linkemu and iperf3."""
+    code = ("import sys; from pathlib import Path; from ccswitch.testbed.runs.runner import run_once; "
+            "from ccswitch.testbed.scenario import load_scenario; "
+            "run_once(load_scenario(sys.argv[1]), Path(sys.argv[2]) / 'run-01-seed-1', progress=False)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(e2e_scenario()), str(tmp_path / "out")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_running(proc, tmp_path)
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err[-2000:]
+    assert _owned_by(proc.pid) == [], "namespaces left behind"
+    assert _procs_mentioning(str(tmp_path)) == [], "linkemu / iperf3 left running"
+    assert not (tmp_path / "out" / "run-01-seed-1" / "summary.json").exists()
 
 
 @pytest.mark.kernel

@@ -53,6 +53,10 @@ and three templates are written for both queues:
 
 **Scaled RTT** (``-rtt40``): the ``dyn`` templates for both queues and ``goldsilver`` again at 40 ms
 base RTT, so that each flow's window matches paper 004's at 1 Gbit/s (SCALED_ONE_WAY_MS).
+
+**Steady CTV** (``-steady-vdq``): every VDQ-CSAQM file but the ``-daemon`` ones again with linkemu's
+``ctv_rule = "steady"`` (STEADY_CTV; CTV_1 with memory, a deviation from the paper's CTV, linkemu's
+src/qdisc/vdq_steady.rs): ``l4s-dyn-cubic-vs-prague-steady-vdq``, ``...-rtt40-steady-vdq``.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 RATE_MBIT = 50.0
@@ -124,6 +129,9 @@ VDQ_CSAQM = {  # paper 004 section 3 defaults, all named (C = the link's rate, w
     "target0_ms": 1.0, "target1_ms": 20.0, "tupdate_ms": 10.0, "classifier": "dscp", "l_dscp": [PRAGUE_DSCP],
     "classic_ecn": True, "default_policy": "gold", "rate_window_ms": 100.0, "idle_timeout_ms": 3000.0,
 }
+STEADY_CTV = {"ctv_rule": "steady", "steady_window_ms": 100.0, "steady_alpha": 0.001, "steady_beta": 0.01}
+"""The ``-steady-vdq`` twins' CTV rule, all named (linkemu's defaults for it, config/vdq.rs STEADY_DEFAULTS)."""
+STEADY_SUFFIX = "-steady"
 CLIENT_SUBNET, CLIENT_HOST0 = "10.99.0", 10
 """testbed/runs/topology.py: client i (1-based) is SUBNET.(10 + i) (vdq_csaqm policy rules match on it)."""
 SOLO_S = 30.0
@@ -137,6 +145,11 @@ def scenario_name(name: str, queue: str) -> str:
     """*name*'s twin for *queue*: ``l4s-dyn-cubic-vs-prague`` -> ``l4s-dyn-cubic-vs-prague-vdq``."""
     base = name.removesuffix(QUEUE_SUFFIX["vdq_csaqm"])
     return base + QUEUE_SUFFIX[queue]
+
+
+def steady_name(name: str) -> str:
+    """The steady-CTV twin of a VDQ-CSAQM file: ``l4s-solo-prague-vdq`` -> ``l4s-solo-prague-steady-vdq``."""
+    return name.removesuffix(QUEUE_SUFFIX["vdq_csaqm"]) + STEADY_SUFFIX + QUEUE_SUFFIX["vdq_csaqm"]
 
 
 def client_ip(client: int) -> str:
@@ -162,17 +175,18 @@ def _toml_value(v: object) -> str:
 
 
 def qdisc_toml(coupling: float | None = None, agent: str | None = None, queue: str = "dualpi2",
-               silver_clients: tuple[int, ...] = ()) -> str:
-    """The uplink's inline qdisc table: DualPI2 (optionally k / agent) or VDQ-CSAQM (optionally Silver clients)."""
+               silver_clients: tuple[int, ...] = (), steady: bool = False) -> str:
+    """The uplink's inline qdisc table: DualPI2 (optionally k / agent) or VDQ-CSAQM (optionally Silver
+    clients, the steady CTV rule)."""
     if queue == "vdq_csaqm":
         if coupling is not None or agent:
             raise ValueError("k and agent are DualPI2's")
-        params: dict[str, object] = dict(VDQ_CSAQM)
+        params: dict[str, object] = dict(VDQ_CSAQM) | (STEADY_CTV if steady else {})
         if silver_clients:
             params["policies"] = [{"policy": "silver", "src": client_ip(c)} for c in silver_clients]
     elif queue == "dualpi2":
-        if silver_clients:
-            raise ValueError("policies are vdq_csaqm's")
+        if silver_clients or steady:
+            raise ValueError("policies and the CTV rule are vdq_csaqm's")
         params = DUALPI2 | ({"k": coupling} if coupling is not None else {}) | ({"agent": agent} if agent else {})
     else:
         raise ValueError(f"queue {queue!r}: expected one of {', '.join(QUEUES)}")
@@ -182,7 +196,7 @@ def qdisc_toml(coupling: float | None = None, agent: str | None = None, queue: s
 def scenario(name: str, description: str, header: str, groups: list[Group], *, daemon_clients: tuple[int, ...] = (),
              client_delay_ms: list[float] | None = None, duration_s: float | None = None,
              tshark: bool = False, k: float | None = None, agent: str | None = None, queue: str = "dualpi2",
-             silver_clients: tuple[int, ...] = (), one_way_ms: float = BASE_ONE_WAY_MS) -> str:
+             silver_clients: tuple[int, ...] = (), one_way_ms: float = BASE_ONE_WAY_MS, steady: bool = False) -> str:
     n_phases = len(groups[0].counts)
     duration = duration_s if duration_s is not None else n_phases * PHASE_S
     clients = max(g.client for g in groups)
@@ -197,6 +211,7 @@ def scenario(name: str, description: str, header: str, groups: list[Group], *, d
     what = ("One DualPI2 bottleneck toward the server (Linux sch_dualpi2 defaults, RFC 9332),"
             if queue == "dualpi2" else
             "One VDQ-CSAQM bottleneck toward the server (paper 004 section 3 defaults, C = the link rate;"
+            + ("\n# the steady CTV rule, a deviation: linkemu src/qdisc/vdq_steady.rs;" if steady else "")
             + (f"\n# clients {', '.join(map(str, silver_clients))} Silver, the others Gold)," if silver_clients
                else " every flow Gold),"))
     lines += ["", f"# {what}",
@@ -207,7 +222,7 @@ def scenario(name: str, description: str, header: str, groups: list[Group], *, d
         lines.append("client_delay_ms = [" + ", ".join(f"{d:g}" for d in client_delay_ms) + "]"
                      "   # extra delay on each client's ACKs")
     lines += ["", "[link.uplink]", f"rate_mbit = {RATE_MBIT:g}", f"delay_ms = {one_way_ms:g}",
-              f"qdisc = {qdisc_toml(k, agent, queue, silver_clients)}", "",
+              f"qdisc = {qdisc_toml(k, agent, queue, silver_clients, steady)}", "",
               "[link.downlink]               # ACKs: not the bottleneck", f"rate_mbit = {RATE_MBIT:g}",
               f"delay_ms = {one_way_ms:g}", 'qdisc = { kind = "pfifo", limit_pkts = 1000 }']
     for g in groups:
@@ -229,6 +244,14 @@ def all_scenarios(queues: tuple[str, ...] = QUEUES) -> dict[str, str]:
     dyn_c = tuple(p[1] for p in DYN_PHASES)
     counts = "; ".join(f"{a}-{b}" for a, b in DYN_PHASES)
     mix = "; ".join(str(c) for c in RTTMIX_PHASES)
+
+    def put(name: str, description: str, head: str, groups: list[Group], **kw: Any) -> None:
+        """*name*'s file and, for VDQ-CSAQM, its steady-CTV twin (STEADY_CTV)."""
+        out[name] = scenario(name, description, head, groups, **kw)
+        if kw.get("queue") == "vdq_csaqm":
+            twin = steady_name(name)
+            out[twin] = scenario(twin, description + ", steady CTV", head, groups, steady=True, **kw)
+
     for queue in queues:
         sfx, label = QUEUE_SUFFIX[queue], QUEUE_LABEL[queue]
         for cca in CLASSIC_CCAS:
@@ -237,12 +260,11 @@ def all_scenarios(queues: tuple[str, ...] = QUEUES) -> dict[str, str]:
             head = (f"# L4S vs Classic through {label}, equal RTT (paper 004 fig. 3 template, scaled):\n"
                     f"# L4S-Classic flows {counts}, 20 s each.  Client 1: {cca} (classic, C queue),\n"
                     f"# client 2: prague (L4S, L queue).  docs/l4s.md \"## Experiments\".")
-            out[name + sfx] = scenario(name + sfx, f"{cca} vs prague through {label}, L4S-Classic flows {counts}",
-                                       head, groups, queue=queue)
+            put(name + sfx, f"{cca} vs prague through {label}, L4S-Classic flows {counts}", head, groups,
+                queue=queue)
             # The same at 40 ms: paper 004's per-flow window at 50 Mbit/s (SCALED_ONE_WAY_MS).
             scaled = f"{name}-rtt40{sfx}"
-            out[scaled] = scenario(
-                scaled, f"{cca} vs prague through {label}, 40 ms base RTT, L4S-Classic flows {counts}",
+            put(scaled, f"{cca} vs prague through {label}, 40 ms base RTT, L4S-Classic flows {counts}",
                 head.replace("equal RTT (", f"equal RTT {2 * SCALED_ONE_WAY_MS:g} ms ("), groups, queue=queue,
                 one_way_ms=SCALED_ONE_WAY_MS)
             # With ccswitchd on the classic client: host switching combined with each router queue (issue 13).
@@ -255,22 +277,21 @@ def all_scenarios(queues: tuple[str, ...] = QUEUES) -> dict[str, str]:
             head = (f"# L4S vs Classic through {label}, 5 ms / 40 ms RTT mix (paper 004 fig. 4 template, scaled):\n"
                     f"# {mix} flows of each class-RTT pair, 20 s each.  Clients 1/3: {cca} at 5/40 ms,\n"
                     f"# clients 2/4: prague at 5/40 ms.  docs/l4s.md \"## Experiments\".")
-            out[name + sfx] = scenario(
-                name + sfx, f"{cca} vs prague through {label}, 5/40 ms RTT mix, {mix} flows per pair", head, groups,
+            put(name + sfx, f"{cca} vs prague through {label}, 5/40 ms RTT mix, {mix} flows per pair", head, groups,
                 client_delay_ms=[0.0, 0.0, LONG_RTT_EXTRA_MS, LONG_RTT_EXTRA_MS], queue=queue)
         name = f"l4s-solo-prague{sfx}"
         head = (f"# One L4S (prague) flow alone through {label} for {SOLO_S:g} s: paper 004's 1-0 phase\n"
                 f"# (DualPI2 ~30 %, VDQ-CSAQM 0.8 of 1 Gbit/s with DCTCP).  docs/l4s.md \"Paper 004\".")
-        out[name] = scenario(name, f"1 prague flow alone through {label}, {SOLO_S:g} s", head,
-                             [Group(1, "L", L4S_CCA, (1,))], duration_s=SOLO_S, queue=queue)
+        put(name, f"1 prague flow alone through {label}, {SOLO_S:g} s", head, [Group(1, "L", L4S_CCA, (1,))],
+            duration_s=SOLO_S, queue=queue)
         name = f"l4s-ccmix-vs-prague{sfx}"
         groups = [Group(1, "L", L4S_CCA, RTTMIX_PHASES)] + [
             Group(i, f"{c.upper()}", c, RTTMIX_PHASES) for i, c in enumerate(CCMIX, 2)]
         head = (f"# Heterogeneous CCAs through {label} (paper 004 figs. 7-8 template, scaled): {mix} flows of\n"
                 f"# each of prague (L4S, client 1), {', '.join(CCMIX)} (Classic, clients 2-{len(CCMIX) + 1}), "
                 f"20 s each.\n# docs/l4s.md \"Paper 004\".")
-        out[name] = scenario(name, f"prague + {' + '.join(CCMIX)} through {label}, {mix} flows of each", head,
-                             groups, queue=queue)
+        put(name, f"prague + {' + '.join(CCMIX)} through {label}, {mix} flows of each", head, groups,
+            queue=queue)
         if queue == "vdq_csaqm":
             name = "l4s-goldsilver-cubic-prague-vdq"
             groups = [Group(1, "CG", "cubic", GOLDSILVER_PHASES["C"]), Group(2, "CS", "cubic", GOLDSILVER_PHASES["C"]),
@@ -279,10 +300,10 @@ def all_scenarios(queues: tuple[str, ...] = QUEUES) -> dict[str, str]:
                     "# flows per class: Classic 1-1 (cubic), then L4S 1-1 (prague) too, then L4S only; 20 s each.\n"
                     "# Clients 1/3 Gold, 2/4 Silver.  Silver's TVF step is at 10 Mbit/s: entitled 40:10 (1:4)\n"
                     "# with one flow of each, 1:2 with four flows at 50 Mbit/s.  docs/l4s.md \"Paper 004\".")
-            out[name] = scenario(name, "Gold vs Silver (cubic, then prague too, then prague) through VDQ-CSAQM",
-                                 head, groups, queue=queue, silver_clients=(2, 4))
+            put(name, "Gold vs Silver (cubic, then prague too, then prague) through VDQ-CSAQM", head, groups,
+                queue=queue, silver_clients=(2, 4))
             name = "l4s-goldsilver-cubic-prague-rtt40-vdq"
-            out[name] = scenario(name, "Gold vs Silver through VDQ-CSAQM, 40 ms base RTT", head.replace(
+            put(name, "Gold vs Silver through VDQ-CSAQM, 40 ms base RTT", head.replace(
                 "(paper 004 figs. 5-6, scaled)", "(paper 004 figs. 5-6, scaled; 40 ms)"), groups, queue=queue,
                 silver_clients=(2, 4), one_way_ms=SCALED_ONE_WAY_MS)
     if "dualpi2" not in queues:

@@ -26,6 +26,7 @@ This module is the command; the work is in :mod:`.p004_cells` (the seed folders,
 
     .venv/bin/python testbed/l4s/p004.py --results results/p004 --md docs/l4s/p004.md --plots docs/l4s
     .venv/bin/python testbed/l4s/p004.py --results results/p004-rtt40 --variant rtt40 --md docs/l4s/p004-rtt40.md
+    .venv/bin/python testbed/l4s/p004.py --results results/p004 --variant steady --md docs/l4s/p004-steady.md
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--plots", type=Path, help="folder for p004-side-by-side.png and the seed-1 VDQ run plots")
     ap.add_argument("--run-plots", nargs="*", default=[], help="scenario names whose first seed gets report.py's plot")
     ap.add_argument("--variant", default="", help="read each template's twin <name>-VARIANT instead (rtt40: "
-                    "40 ms base RTT, make_scenarios.py)")
+                    "40 ms base RTT; steady: VDQ-CSAQM's steady CTV, DualPI2 as without it; rtt40-steady: both; "
+                    "make_scenarios.py)")
     a = ap.parse_args(argv)
     variant = f"-{a.variant.lstrip('-')}" if a.variant else ""
     cells, meta = collect(a.results, variant)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ccswitch.testbed.l4s.make_scenarios import PHASE_S, QUEUES, scenario_name
+from ccswitch.testbed.l4s.make_scenarios import PHASE_S, QUEUES, STEADY_SUFFIX, scenario_name
 from ccswitch.testbed.l4s.report_phases import analyse
 
 TEMPLATES = (
@@ -25,6 +25,16 @@ TEMPLATES = (
     "l4s-ccmix-vs-prague", "l4s-solo-prague", "l4s-goldsilver-cubic-prague",
 )
 VDQ_ONLY = ("l4s-goldsilver-cubic-prague",)
+VDQ_ONLY_SUFFIXES = (STEADY_SUFFIX,)
+"""Variant suffixes only VDQ-CSAQM has (``-steady``: its CTV rule); DualPI2's side reads the variant without them."""
+
+
+def queue_variant(variant: str, queue: str) -> str:
+    """The suffix *queue*'s files carry for *variant*: ``-rtt40-steady`` is ``-rtt40`` for DualPI2."""
+    if queue == "dualpi2":
+        for s in VDQ_ONLY_SUFFIXES:
+            variant = variant.replace(s, "")
+    return variant
 
 
 def seed_runs(results: Path, scenario: str) -> list[tuple[int, Path]]:
@@ -110,15 +120,16 @@ def collect(results: Path, variant: str = "") -> tuple[dict[tuple[str, str], lis
                                                       dict[str, list[dict[str, Any]]]]:
     """Cells per (template, queue), ordered by slot; and each scenario's run.json records.
 
-    *variant* reads each template's twin of that suffix instead (``-rtt40``: make_scenarios.py's scaled RTT);
-    the cells keep the template's own name, so the targets read them as they read the originals."""
+    *variant* reads each template's twin of that suffix instead (``-rtt40``: make_scenarios.py's scaled RTT;
+    ``-steady``: VDQ-CSAQM's steady CTV rule, beside DualPI2's files without it, :func:`queue_variant`); the
+    cells keep the template's own name, so the targets read them as they read the originals."""
     cells: dict[tuple[str, str], list[Cell]] = {}
     meta: dict[str, list[dict[str, Any]]] = {}
     for t in TEMPLATES:
         for q in QUEUES:
             if q == "dualpi2" and t in VDQ_ONLY:
                 continue
-            name = scenario_name(t + variant, q)
+            name = scenario_name(t + queue_variant(variant, q), q)
             runs = seed_runs(results, name)
             if not runs:
                 continue

@@ -65,6 +65,7 @@ from ccswitch.schema import FLOW_SAMPLE_SCHEMA
 from ..scenario import Flow, Scenario
 from .iperf import IperfError, IperfFlow, IperfServer, start_flow
 from .netns import cleanup_leftovers
+from .netns_lifecycle import sigterm_as_exit
 from .policy_server import policy_server, with_remote
 from .run_error import RunError
 from .run_monitors import ClientMonitor, Clock, DaemonClient, daemon_session, start_monitors
@@ -176,7 +177,8 @@ def run_once(sc: Scenario, run_dir: Path, *, seed: int = 1, label: str = "run",
     results: dict[str, dict[str, Any]] = {}
     monitors: list[ClientMonitor | DaemonClient] = []
     t_wall = time.monotonic()
-    with contextlib.ExitStack() as stack:
+    # kill / systemd stop / a session's end unwinds the run as Ctrl-C does (namespaces, linkemu, iperf3 gone)
+    with sigterm_as_exit(), contextlib.ExitStack() as stack:
         if external is None:
             server_addr, client_ns, servers = netns_side(sc, flows, run_dir, seed, meta, stack)
             if sc.daemon is not None and sc.daemon.remote is not None:  # [daemon.remote]: the policy server

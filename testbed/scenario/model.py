@@ -22,6 +22,7 @@ from .model_qdisc import (  # noqa: F401 (re-exported: the queue tables are part
     PIE_DEFAULT_LIMIT_PKTS,
     QDISC_KINDS,
     VDQ_CLASSIFIERS,
+    VDQ_CTV_RULES,
     VDQ_POLICIES,
     Codel,
     DualPi2,

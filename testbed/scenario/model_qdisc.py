@@ -278,7 +278,10 @@ class VdqCsaqm:
     update ``tupdate_ms`` 10; ``classifier`` "ecn" (ECT(1)/CE -> L4S) or "dscp" (``l_dscp``);
     ``classic_ecn`` true (false: drop ECT Classic packets below the CTV instead of marking);
     marker: ``default_policy`` "gold" (or "silver", "voice"), ``policies`` rules (first match wins),
-    ``rate_window_ms`` 100, ``idle_timeout_ms`` 3000.  None fields take these defaults.
+    ``rate_window_ms`` 100, ``idle_timeout_ms`` 3000; ``ctv_rule`` "paper" (section 3's CTV) or
+    "steady" (CTV_1 from a PI controller's fraction turned into a CTV by the values that arrived in the last
+    ``steady_window_ms`` 100, gains ``steady_alpha`` 0.001 and ``steady_beta`` 0.01 per update: a
+    deviation, linkemu's src/qdisc/vdq_steady.rs).  None fields take these defaults.
     """
 
     rate_mbit: float | None = None
@@ -296,6 +299,10 @@ class VdqCsaqm:
     policies: tuple[VdqPolicyRule, ...] | None = None
     rate_window_ms: float | None = None
     idle_timeout_ms: float | None = None
+    ctv_rule: str | None = None
+    steady_window_ms: float | None = None
+    steady_alpha: float | None = None
+    steady_beta: float | None = None
 
     def to_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"kind": "vdq_csaqm", **present_fields(self)}
@@ -308,6 +315,7 @@ class VdqCsaqm:
 
 VDQ_POLICIES = ("gold", "silver", "voice")
 VDQ_CLASSIFIERS = ("ecn", "dscp")
+VDQ_CTV_RULES = ("paper", "steady")
 
 FQ_DEFAULT_LIMIT_PKTS = 10_240
 """linkemu's ``limit_pkts`` default of fq_codel, fq, lfq, fq_pie and fq_dualpi2 (Linux fq_codel's 10 * 1024)."""

@@ -17,6 +17,7 @@ from .model import (
     FQ_DEFAULT_LIMIT_PKTS,
     QDISC_KINDS,
     VDQ_CLASSIFIERS,
+    VDQ_CTV_RULES,
     VDQ_POLICIES,
     Codel,
     DualPi2,
@@ -216,12 +217,15 @@ def _vdq_csaqm(t: Table) -> VdqCsaqm:
                             "qmax0_ms": ("num", 0.1, 60_000.0), "qmax1_ms": ("num", 0.1, 60_000.0),
                             "target0_ms": ("num", 0.01, 60_000.0), "target1_ms": ("num", 0.01, 60_000.0),
                             "tupdate_ms": ("num", 0.1, 60_000.0), "rate_window_ms": ("num", 0.1, 60_000.0),
-                            "idle_timeout_ms": ("num", 1.0, 60_000.0), "classic_ecn": ("bool", None, None)})
+                            "idle_timeout_ms": ("num", 1.0, 60_000.0), "classic_ecn": ("bool", None, None),
+                            "steady_window_ms": ("num", 1.0, 60_000.0), "steady_alpha": ("num", 0.0, 1.0),
+                            "steady_beta": ("num", 0.0, 1.0)})
     if v.get("vq0_rate", 0.9) > v.get("vq1_rate", 0.984):
         t.err(t.here("vq0_rate"), f"must be <= vq1_rate ({v.get('vq1_rate', 0.984):g}), got {v.get('vq0_rate', 0.9):g}")
     classifier = t.string("classifier", None, choices=VDQ_CLASSIFIERS)
     dscp = _l_dscp(t, classifier)
     default_policy = t.string("default_policy", None, choices=VDQ_POLICIES)
+    ctv_rule = t.string("ctv_rule", None, choices=VDQ_CTV_RULES)
     rules: tuple[VdqPolicyRule, ...] | None = None
     if t.has("policies"):
         raw = t.array("policies")
@@ -229,7 +233,8 @@ def _vdq_csaqm(t: Table) -> VdqCsaqm:
     else:
         t.used.add("policies")
     t.done()
-    return VdqCsaqm(classifier=classifier, l_dscp=dscp, default_policy=default_policy, policies=rules, **v)
+    return VdqCsaqm(classifier=classifier, l_dscp=dscp, default_policy=default_policy, policies=rules,
+                    ctv_rule=ctv_rule, **v)
 
 
 def parse_qdisc(t: Table, base_dir: Path | None = None

@@ -14,6 +14,10 @@ use super::ConfigError;
 /// The marker's policies (throughput-value functions, `qdisc/pv_marker.rs`).
 pub const VDQ_POLICIES: [&str; 3] = ["gold", "silver", "voice"];
 
+/// The steady CTV rule's window (ms) and PI gains (alpha, beta) by default
+/// (chosen in virtual time, `qdisc/vdq_tests.rs`).
+pub const STEADY_DEFAULTS: (f64, f64, f64) = (100.0, 0.001, 0.01);
+
 /// One rule of the marker: a flow whose 5-tuple matches every field given gets `policy`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -64,6 +68,16 @@ pub struct VdqCsaqm {
     pub rate_window_ms: f64,
     /// A flow's marker state is forgotten after this long without packets.
     pub idle_timeout_ms: f64,
+    /// `"paper"`: CTV_i from VQ_i's histogram, 0 while vqlen_i <= l_i (section 3);
+    /// `"steady"`: CTV_1 from a PI controller's fraction p, turned into a CTV by the values
+    /// that arrived in the last `steady_window_ms` (a deviation, `qdisc/vdq_steady.rs`; CTV_0
+    /// keeps the paper's rule).
+    pub ctv_rule: String,
+    /// steady: the arrival window the CTV is the p-quantile of.
+    pub steady_window_ms: f64,
+    /// steady: the PI gains per update on e = (vqlen - l) / l.
+    pub steady_alpha: f64,
+    pub steady_beta: f64,
 }
 
 impl Default for VdqCsaqm {
@@ -84,6 +98,10 @@ impl Default for VdqCsaqm {
             policies: Vec::new(),
             rate_window_ms: 100.0,
             idle_timeout_ms: 3000.0,
+            ctv_rule: "paper".into(),
+            steady_window_ms: STEADY_DEFAULTS.0,
+            steady_alpha: STEADY_DEFAULTS.1,
+            steady_beta: STEADY_DEFAULTS.2,
         }
     }
 }
@@ -130,6 +148,7 @@ impl VdqCsaqm {
             ("tupdate_ms", self.tupdate_ms, 0.1),
             ("rate_window_ms", self.rate_window_ms, 0.1),
             ("idle_timeout_ms", self.idle_timeout_ms, 1.0),
+            ("steady_window_ms", self.steady_window_ms, 1.0),
         ] {
             if !(v.is_finite() && (lo..=60_000.0).contains(&v)) {
                 return Err(ConfigError::new(f(name), format!("must be {lo}..60000 (ms), got {v}")));
@@ -153,6 +172,17 @@ impl VdqCsaqm {
         }
         if let Some((i, d)) = self.l_dscp.iter().enumerate().find(|(_, &d)| d > 63) {
             return Err(ConfigError::new(format!("{at}.l_dscp[{i}]"), format!("must be 0..63, got {d}")));
+        }
+        if !["paper", "steady"].contains(&self.ctv_rule.as_str()) {
+            return Err(ConfigError::new(
+                f("ctv_rule"),
+                format!("unknown CTV rule `{}`, expected `paper` or `steady`", self.ctv_rule),
+            ));
+        }
+        for (name, v) in [("steady_alpha", self.steady_alpha), ("steady_beta", self.steady_beta)] {
+            if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
+                return Err(ConfigError::new(f(name), format!("must be 0..1 (per update), got {v}")));
+            }
         }
         policy_name(&f("default_policy"), &self.default_policy)?;
         for (i, r) in self.policies.iter().enumerate() {
@@ -179,6 +209,7 @@ mod tests {
         assert_eq!((v.vq0_rate, v.vq1_rate, v.qmax0_ms, v.qmax1_ms), (0.9, 0.984, 50.0, 200.0));
         assert_eq!((v.target0_ms, v.target1_ms, v.tupdate_ms), (1.0, 20.0, 10.0));
         assert_eq!((v.classifier.as_str(), v.default_policy.as_str(), v.classic_ecn), ("ecn", "gold", true));
+        assert_eq!(v.ctv_rule, "paper");
         let c = cfg(
             r#"{"kind": "vdq_csaqm", "policies": [{"policy": "silver", "src": "10.0.0.1", "dport": 5202}]}"#,
             r#""rate_mbit": 100,"#,
@@ -200,6 +231,9 @@ mod tests {
             (r#"{"kind": "vdq_csaqm", "qmax1_ms": -1}"#, r, "uplink.qdisc.qmax1_ms", "must be 0.1..60000"),
             (r#"{"kind": "vdq_csaqm", "tupdate_ms": 0}"#, r, "uplink.qdisc.tupdate_ms", "must be 0.1..60000"),
             (r#"{"kind": "vdq_csaqm", "classifier": "tos"}"#, r, "uplink.qdisc.classifier", "unknown classifier"),
+            (r#"{"kind": "vdq_csaqm", "ctv_rule": "pi"}"#, r, "uplink.qdisc.ctv_rule", "unknown CTV rule"),
+            (r#"{"kind": "vdq_csaqm", "steady_alpha": -1}"#, r, "uplink.qdisc.steady_alpha", "must be 0..1"),
+            (r#"{"kind": "vdq_csaqm", "steady_window_ms": 0}"#, r, "uplink.qdisc.steady_window_ms", "1..60000"),
             (r#"{"kind": "vdq_csaqm", "classifier": "dscp"}"#, r, "uplink.qdisc.l_dscp", "at least one"),
             (r#"{"kind": "vdq_csaqm", "l_dscp": [40]}"#, r, "uplink.qdisc.l_dscp", "only with"),
             (r#"{"kind": "vdq_csaqm", "classifier": "dscp", "l_dscp": [64]}"#, r, "uplink.qdisc.l_dscp[0]", "0..63"),

@@ -93,6 +93,7 @@ pub mod pv_marker;
 pub mod vdq_csaqm;
 #[cfg(test)]
 mod vdq_sim;
+pub mod vdq_steady;
 #[cfg(test)]
 mod vdq_tests;
 pub mod vdq_vq;

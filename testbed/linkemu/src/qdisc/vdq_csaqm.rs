@@ -42,7 +42,11 @@
 //! (its policy and rate) sets its throughput - if the CTV were steady.  It
 //! is not: it is 0 at most updates and, when set, usually cuts into Gold's
 //! values as well as Silver's, so Gold:Silver comes out ~2:1, not 4:1
-//! (README).
+//! (README).  `ctv_rule = "steady"` swaps this rule for one with memory
+//! on VQ_1 ([`super::vdq_steady`], a deviation): a PI controller's fraction
+//! of arriving bits, turned into a CTV by the values that arrived lately.
+//! VQ_0 keeps the paper's immediate rule (an L4S sender smooths the signal
+//! itself; smoothed at the queue, bursts held Prague to ~40 % of C).
 //!
 //! **Deviations** (all documented in README.md): the marker's rate is an
 //! exponentially decaying average (the paper: "a short timescale"); the TVF
@@ -65,6 +69,7 @@ use super::control::{FlowState, QdiscState, Scalar};
 use super::fifo::Fifo;
 use super::flow_stats::{FlowDrop, FlowStats};
 use super::pv_marker::{gold_rate, Marker, Policy, V_MAX};
+use super::vdq_steady::SteadyCtv;
 use super::vdq_vq::VirtualQueue;
 use super::{DropCause, Dropped, Qdisc};
 use crate::config;
@@ -109,6 +114,8 @@ pub struct VdqCsaqm {
     vals: [std::collections::VecDeque<u16>; 2],
     qmax_bytes: [usize; 2],
     vq: [VirtualQueue; 2],
+    /// `ctv_rule = "steady"`: VQ_1's steady CTV (None: the paper's rule; VQ_0 always keeps it).
+    steady: Option<SteadyCtv>,
     ctv: [u32; 2],
     tupdate: Nanos,
     next_update: Nanos,
@@ -156,6 +163,8 @@ impl VdqCsaqm {
                 vq(c.vq0_rate, qmax_bytes[L], c.target0_ms),
                 vq(c.vq1_rate, qmax_bytes[L] + qmax_bytes[C], c.target1_ms),
             ],
+            steady: (c.ctv_rule == "steady")
+                .then(|| SteadyCtv::new(ms(c.steady_window_ms), c.steady_alpha, c.steady_beta)),
             ctv: [0, 0],
             tupdate: ms(c.tupdate_ms).max(1),
             next_update: 0,
@@ -248,7 +257,12 @@ impl VdqCsaqm {
     pub fn update_ctvs(&mut self, now: Nanos) {
         self.serve_idle(now);
         for j in 0..2 {
-            self.ctv[j] = pinned_ctv().unwrap_or_else(|| self.vq[j].ctv());
+            let vq = &self.vq[j];
+            let rule = match &mut self.steady {
+                Some(s) if j == C => s.update(vq.len_bits(), vq.threshold_bits, now),
+                _ => vq.ctv(),
+            };
+            self.ctv[j] = pinned_ctv().unwrap_or(rule);
             self.ctv_sum[j] += self.ctv[j] as f64;
             self.ctv_max[j] = self.ctv_max[j].max(self.ctv[j]);
         }
@@ -276,6 +290,9 @@ impl VdqCsaqm {
         self.counters[i].packets_in += 1;
         for j in Self::vqs_of(i) {
             self.vq[j].push(v, len as u64 * 8);
+        }
+        if let Some(s) = &mut self.steady {
+            s.on_arrival(v, len as u64 * 8, now); // every packet enters VQ_1
         }
         self.q[i].push(pkt, now);
         self.vals[i].push_back(v);
@@ -309,6 +326,8 @@ impl VdqCsaqm {
             ("classic_delay_ms", Scalar::F(head_ms(C))),
             ("rate_mbit", Scalar::F(self.rate_bps / 1e6)),
             ("ctv_updates", Scalar::U(self.updates)),
+            ("ctv_rule", Scalar::S(if self.steady.is_some() { "steady" } else { "paper" })),
+            ("steady_p", Scalar::F(self.steady.as_ref().map_or(0.0, SteadyCtv::p))),
             ("l4s_marks", Scalar::U(k[L].aqm_marks)),
             ("l4s_drops", Scalar::U(k[L].aqm_drops)),
             ("classic_marks", Scalar::U(k[C].aqm_marks)),
@@ -401,6 +420,8 @@ impl Qdisc for VdqCsaqm {
         let params = json!({
             "rate_mbit": self.rate_bps / 1e6,
             "ctv_updates": self.updates,
+            "ctv_rule": if self.steady.is_some() { "steady" } else { "paper" },
+            "steady_p": self.steady.as_ref().map_or(0.0, SteadyCtv::p),
             "marker_flows_started": self.marker.flows_started,
             "classes": {"l4s": class(L), "classic": class(C)},
         });

@@ -116,6 +116,7 @@ pub(super) struct Tally {
     pub(super) marks: u64,
     pub(super) drops: u64,
     sojourn_sum: u128,
+    pub(super) sojourn_max: Nanos,
 }
 
 impl Tally {
@@ -232,9 +233,11 @@ impl Sim {
                         f.pkts_out += 1;
                         f.marks += pkt.marked as u64;
                         f.sojourn_sum += pkt.sojourn as u128;
+                        f.sojourn_max = f.sojourn_max.max(pkt.sojourn);
                         if pkt.class == QClass::L4s {
                             self.l4s.pkts_out += 1;
                             self.l4s.sojourn_sum += pkt.sojourn as u128;
+                            self.l4s.sojourn_max = self.l4s.sojourn_max.max(pkt.sojourn);
                         }
                     }
                     if window {

@@ -161,11 +161,22 @@ fn control_state_shows_the_ctvs_and_the_marked_flows() {
 /// if given: (Gold / Silver throughput, Gold's and Silver's share of packets
 /// dropped or marked, the share of CTV_0/CTV_1 updates at 0, utilisation).
 fn gold_silver(mk: fn(u16) -> Sender, n: u16, rate_mbit: f64, pin_mbit: Option<f64>) -> (f64, f64, f64, f64, f64) {
+    gold_silver_with(mk, n, rate_mbit, pin_mbit, "")
+}
+
+/// [`gold_silver`] with more config fields (`extra`: `, "field": value...`).
+fn gold_silver_with(
+    mk: fn(u16) -> Sender,
+    n: u16,
+    rate_mbit: f64,
+    pin_mbit: Option<f64>,
+    extra: &str,
+) -> (f64, f64, f64, f64, f64) {
     use crate::qdisc::pv_marker::gold_value;
     use crate::qdisc::vdq_csaqm::PINNED_CTV;
     let senders: Vec<Sender> = (0..n).flat_map(|i| [mk(1 + i), mk(101 + i)]).collect();
     let rules: Vec<String> = (0..n).map(|i| format!(r#"{{"policy": "silver", "sport": {}}}"#, 101 + i)).collect();
-    let q = vdq(&format!(r#", "policies": [{}]"#, rules.join(", ")));
+    let q = vdq(&format!(r#", "policies": [{}]{extra}"#, rules.join(", ")));
     PINNED_CTV.with(|p| p.set(pin_mbit.map(|g| gold_value(g * 1e6))));
     let r = run(&q, rate_mbit, &senders, 20 * S, 5 * S);
     PINNED_CTV.with(|p| p.set(None));
@@ -218,4 +229,39 @@ fn a_steady_ctv_gives_four_to_one_the_papers_episodic_ctv_about_two() {
     let (pinned, g, s, ..) = gold_silver(dctcp, 1, 60.0, Some(0.7 * 60.0));
     println!("dctcp pinned: {pinned:.2}, marked gold {g:.3} silver {s:.3}");
     assert!(pinned > 2.2 && g < 0.25 * s, "{pinned} {g} {s}");
+}
+
+#[test]
+fn the_steady_ctv_rule_realises_the_policy() {
+    // ctv_rule = "steady" (vdq_steady.rs, on VQ_1): the same senders and
+    // marker as above, one Gold and one Silver.  Measured (28 Nov) at 50 /
+    // 60 / 70 / 180 / 200 / 220 Mbit/s per pair, Reno-like: 3.77 / 3.88 /
+    // 3.84 / 3.46 / 3.27 / 3.47 (the paper's rule 2.33 / 2.40 / 2.27 / 1.94
+    // / 1.82 / 1.78).  The bound: the policy's 4:1 +- 25 % (the issue's
+    // target).
+    let steady = r#", "ctv_rule": "steady""#;
+    let reno = Sender::reno as fn(u16) -> Sender;
+    let dctcp = Sender::dctcp as fn(u16) -> Sender;
+    for rate in [60.0, 200.0] {
+        let (ratio, g, s, idle, util) = gold_silver_with(reno, 1, rate, None, steady);
+        println!("reno at {rate}: Gold:Silver {ratio:.2}, hit {g:.3} / {s:.3}, CTV 0 at {idle:.2}, util {util:.3}");
+        assert!((3.0..=5.0).contains(&ratio) && util > 0.95, "reno at {rate}: {ratio} {util}");
+    }
+    // VQ_0 keeps the paper's rule: L4S senders alone never fill VQ_1 (VQ_0
+    // holds them to 0.9 C < 0.984 C), so the run is the paper's, packet for packet.
+    let paper = gold_silver_with(dctcp, 1, 60.0, None, "");
+    let ours = gold_silver_with(dctcp, 1, 60.0, None, steady);
+    assert_eq!(format!("{paper:?}"), format!("{ours:?}"));
+    // The L4S queue keeps its delay beside a steady-CTV Classic flow: 8
+    // DCTCP-like flows and a Reno-like one at 50 Mbit/s (measured: mean
+    // 0.50, max 1.44 ms; the paper's rule 0.43 / 1.48).
+    let senders: Vec<Sender> = (1..=8).map(Sender::dctcp).chain([Sender::reno(20)]).collect();
+    let r = run(&vdq(steady), 50.0, &senders, 20 * S, 5 * S);
+    let max_ms = r.l4s.sojourn_max as f64 / 1e6;
+    println!("8 + 1: L4S sojourn {:.3} ms, max {max_ms:.2} ms, total {:.1}", r.l4s.sojourn_ms(), r.total_mbit());
+    assert!(r.l4s.sojourn_ms() < 1.0 && max_ms <= 2.0, "{} {max_ms}", r.l4s.sojourn_ms());
+    assert!(r.total_mbit() > 0.95 * 49.2 && r.mbit(20) > 1.0, "{} {}", r.total_mbit(), r.mbit(20));
+    let st = r.stats.unwrap();
+    assert_eq!(st["ctv_rule"], "steady");
+    assert!(st["steady_p"].as_f64().unwrap() > 0.0, "{}", st["steady_p"]);
 }

@@ -19,12 +19,89 @@ use std::collections::VecDeque;
 const BLOCK: usize = 256;
 const CODES: usize = 1 << 16;
 
+/// Bits per coded packet value (0..=65535), with 256-code block sums so a
+/// scan from either end costs at most 256 + 256 steps.  Shared by the
+/// virtual queues and the steady CTV rule's arrival window
+/// ([`super::vdq_steady`]).
+pub struct ValueHistogram {
+    hist: Vec<u64>,
+    blocks: Vec<u64>,
+    total: u64,
+}
+
+impl Default for ValueHistogram {
+    fn default() -> Self {
+        ValueHistogram { hist: vec![0; CODES], blocks: vec![0; CODES / BLOCK], total: 0 }
+    }
+}
+
+impl ValueHistogram {
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Add (or, negative, remove) `bits` of value v.
+    pub fn add(&mut self, v: u16, bits: i64) {
+        let h = &mut self.hist[v as usize];
+        *h = h.wrapping_add_signed(bits);
+        let b = &mut self.blocks[v as usize / BLOCK];
+        *b = b.wrapping_add_signed(bits);
+        self.total = self.total.wrapping_add_signed(bits);
+    }
+
+    /// The smallest v whose tail sum_{j >= v} fits `l` bits (65536: not even
+    /// the top value's bits fit; 0: everything fits).
+    pub fn tail_cut(&self, l: u64) -> u32 {
+        let mut acc = 0u64;
+        for b in (0..self.blocks.len()).rev() {
+            if acc + self.blocks[b] <= l {
+                acc += self.blocks[b];
+                continue;
+            }
+            for v in (b * BLOCK..(b + 1) * BLOCK).rev() {
+                if acc + self.hist[v] > l {
+                    return v as u32 + 1;
+                }
+                acc += self.hist[v];
+            }
+        }
+        0
+    }
+
+    /// The smallest v' with sum_{j < v'} >= `bits`: a threshold below which
+    /// at least `bits` of the histogram lie (0 when `bits` is 0; `bits` past
+    /// the total counts as the total: one above the highest value held).
+    pub fn head_cut(&self, bits: u64) -> u32 {
+        let bits = bits.min(self.total);
+        if bits == 0 {
+            return 0;
+        }
+        let mut acc = 0u64;
+        for b in 0..self.blocks.len() {
+            if acc + self.blocks[b] < bits {
+                acc += self.blocks[b];
+                continue;
+            }
+            for v in b * BLOCK..(b + 1) * BLOCK {
+                acc += self.hist[v];
+                if acc >= bits {
+                    return v as u32 + 1;
+                }
+            }
+        }
+        unreachable!("the block sums add up to the total")
+    }
+
+    #[cfg(test)]
+    pub fn is_zero(&self) -> bool {
+        self.total == 0 && self.hist.iter().all(|&h| h == 0) && self.blocks.iter().all(|&b| b == 0)
+    }
+}
+
 pub struct VirtualQueue {
     /// (coded value, bits left) from the oldest.
     records: VecDeque<(u16, u64)>,
-    len_bits: u64,
-    hist: Vec<u64>,
-    blocks: Vec<u64>,
+    hist: ValueHistogram,
     carry: f64,
     /// Service rate C_vi, bit/s.
     pub rate_bps: f64,
@@ -38,9 +115,7 @@ impl VirtualQueue {
     pub fn new(rate_bps: f64, max_bits: u64, threshold_bits: u64) -> VirtualQueue {
         VirtualQueue {
             records: VecDeque::new(),
-            len_bits: 0,
-            hist: vec![0; CODES],
-            blocks: vec![0; CODES / BLOCK],
+            hist: ValueHistogram::default(),
             carry: 0.0,
             rate_bps,
             max_bits,
@@ -49,25 +124,17 @@ impl VirtualQueue {
     }
 
     pub fn len_bits(&self) -> u64 {
-        self.len_bits
+        self.hist.total()
     }
 
     /// Room for `bits` more (vqlen + ps <= vqmax).
     pub fn fits(&self, bits: u64) -> bool {
-        self.len_bits + bits <= self.max_bits
+        self.len_bits() + bits <= self.max_bits
     }
 
     pub fn push(&mut self, v: u16, bits: u64) {
         self.records.push_back((v, bits));
-        self.add(v, bits as i64);
-    }
-
-    fn add(&mut self, v: u16, bits: i64) {
-        let h = &mut self.hist[v as usize];
-        *h = h.wrapping_add_signed(bits);
-        let b = &mut self.blocks[v as usize / BLOCK];
-        *b = b.wrapping_add_signed(bits);
-        self.len_bits = self.len_bits.wrapping_add_signed(bits);
+        self.hist.add(v, bits as i64);
     }
 
     /// Remove `bits` (fractional) from the head.
@@ -86,30 +153,16 @@ impl VirtualQueue {
             if *left == 0 {
                 self.records.pop_front();
             }
-            self.add(v, -(take as i64));
+            self.hist.add(v, -(take as i64));
         }
     }
 
     /// The CTV from the histogram (module comment).
     pub fn ctv(&self) -> u32 {
-        let l = self.threshold_bits;
-        if self.len_bits <= l {
+        if self.len_bits() <= self.threshold_bits {
             return 0;
         }
-        let mut acc = 0u64;
-        for b in (0..self.blocks.len()).rev() {
-            if acc + self.blocks[b] <= l {
-                acc += self.blocks[b];
-                continue;
-            }
-            for v in (b * BLOCK..(b + 1) * BLOCK).rev() {
-                if acc + self.hist[v] > l {
-                    return v as u32 + 1;
-                }
-                acc += self.hist[v];
-            }
-        }
-        0
+        self.hist.tail_cut(self.threshold_bits)
     }
 }
 
@@ -135,7 +188,26 @@ mod tests {
         assert_eq!(q.len_bits(), 69_999);
         q.serve(1e9);
         assert_eq!((q.len_bits(), q.records.len()), (0, 0));
-        assert!(q.hist.iter().all(|&h| h == 0) && q.blocks.iter().all(|&b| b == 0));
+        assert!(q.hist.is_zero());
+    }
+
+    #[test]
+    fn head_cut_is_the_low_quantile_threshold() {
+        let mut h = ValueHistogram::default();
+        assert_eq!(h.head_cut(1), 0, "empty");
+        h.add(10, 100);
+        h.add(300, 100);
+        h.add(60_000, 200);
+        assert_eq!(h.head_cut(0), 0);
+        assert_eq!(h.head_cut(1), 11, "the lowest value's bits reach 1");
+        assert_eq!(h.head_cut(100), 11);
+        assert_eq!(h.head_cut(101), 301, "crosses a block");
+        assert_eq!(h.head_cut(400), 60_001);
+        assert_eq!(h.head_cut(10_000), 60_001, "past the total: above the highest value held");
+        assert_eq!(h.tail_cut(200), 301, "values >= 301 hold the top 200 bits");
+        assert_eq!(h.tail_cut(299), 301);
+        assert_eq!(h.tail_cut(300), 11);
+        assert_eq!(h.tail_cut(400), 0, "everything fits");
     }
 
     #[test]

@@ -1,0 +1,207 @@
+//! The steady CTV rule of VDQ-CSAQM (`ctv_rule = "steady"`), a documented
+//! deviation from paper 004 beside its own rule ([`super::vdq_vq`]).
+//!
+//! **Why.**  The paper's CTV_i is 0 while vqlen_i <= l_i and, above, the
+//! value where the VQ's top l_i bits end.  It has no memory: it is 0 at most
+//! updates and, when set, cuts Gold's values as well as Silver's, so the
+//! classes are cut in the same episodes and Gold:Silver comes out ~2:1, not
+//! the policy's 4:1.  The same senders and marker under a CTV held steady at
+//! Gold's entitlement give 3.9:1 (README, `vdq_tests.rs`).  So this rule
+//! keeps a CTV that moves slowly and stays where the load puts it.
+//!
+//! **Where.**  VQ_1 only (Classic and L4S together, the coupling); VQ_0
+//! keeps the paper's immediate rule.  An L4S sender smooths the congestion
+//! signal itself and expects the queue not to (RFC 9332's immediate L4S
+//! marking), and VQ_0's threshold is a few packets at our rates (1 ms at 50
+//! Mbit/s: 4 packets): with this rule on VQ_0 too, Prague's bursts kept p
+//! high and one Prague flow alone got 35-40 % of C in the testbed (28 Nov;
+//! the virtual-time DCTCP-like senders, ACK-clocked one packet at a time,
+//! did not show it).
+//!
+//! **How.**  Every T_update,ctv:
+//! 1. the normalised excess of the VQ over its threshold,
+//!    e = (vqlen_i - l_i) / l_i (the paper's l_i = C_vi D_i);
+//! 2. a proportional-integral step on the fraction of arriving bits to act
+//!    upon, p <- clamp(p + alpha e + beta (e - e_prev), 0, 1) (PIE's form,
+//!    RFC 8033, with the error in units of l_i so one pair of gains serves
+//!    D_0 = 1 ms and D_1 = 20 ms);
+//! 3. CTV_i = the p-quantile by bits of the values that arrived at VQ_i in
+//!    the last `steady_window_ms` (an arrival histogram beside the VQ's):
+//!    the smallest v with at least p of the window's bits below it.
+//!
+//! So p settles where the arrivals match C_v1 (the VQ holds ~l_1), and the
+//! CTV where the lowest-valued p of the traffic is cut: each flow's share of
+//! values above it, i.e. its policy, sets its rate.  Mapping p through the
+//! value distribution, rather than integrating the coded value itself, makes
+//! the step size independent of where on the log-coded scale the traffic
+//! lies.  The idea of a controller's drop probability turned into a CTV by
+//! the distribution of arriving values is the packet-value group's PPOV-AQM
+//! (Laki et al., "Take your own share of the PIE", ANRW '17); the gains,
+//! error and window here are ours.
+
+use std::collections::VecDeque;
+
+use super::vdq_vq::ValueHistogram;
+use crate::time::Nanos;
+
+/// The values of the bits that arrived in the last `span`.
+struct ArrivalWindow {
+    /// (arrival time, coded value, bits) from the oldest.
+    records: VecDeque<(Nanos, u16, u64)>,
+    hist: ValueHistogram,
+    span: Nanos,
+}
+
+impl ArrivalWindow {
+    fn push(&mut self, now: Nanos, v: u16, bits: u64) {
+        self.records.push_back((now, v, bits));
+        self.hist.add(v, bits as i64);
+    }
+
+    /// Forget arrivals older than the span.
+    fn expire(&mut self, now: Nanos) {
+        while let Some(&(t, v, bits)) = self.records.front() {
+            if t + self.span > now {
+                break;
+            }
+            self.records.pop_front();
+            self.hist.add(v, -(bits as i64));
+        }
+    }
+}
+
+/// RFC 8033's auto-tuning of PIE's step by the size of p (section 4.2): a
+/// small p moves in small steps, so the ~0.1-1 % of a large window that
+/// holds it is not wiped out by one drained update.
+fn pie_scale(p: f64) -> f64 {
+    match p {
+        p if p < 1e-6 => 1.0 / 2048.0,
+        p if p < 1e-5 => 1.0 / 512.0,
+        p if p < 1e-4 => 1.0 / 128.0,
+        p if p < 1e-3 => 1.0 / 32.0,
+        p if p < 1e-2 => 1.0 / 8.0,
+        p if p < 1e-1 => 1.0 / 2.0,
+        _ => 1.0,
+    }
+}
+
+/// One virtual queue's steady CTV (module comment).
+pub struct SteadyCtv {
+    window: ArrivalWindow,
+    /// The fraction of arriving bits acted upon, 0..=1.
+    p: f64,
+    e_prev: f64,
+    alpha: f64,
+    beta: f64,
+}
+
+impl SteadyCtv {
+    pub fn new(window: Nanos, alpha: f64, beta: f64) -> SteadyCtv {
+        SteadyCtv {
+            window: ArrivalWindow { records: VecDeque::new(), hist: ValueHistogram::default(), span: window.max(1) },
+            p: 0.0,
+            e_prev: 0.0,
+            alpha,
+            beta,
+        }
+    }
+
+    /// A packet of coded value v and `bits` entered this VQ.
+    pub fn on_arrival(&mut self, v: u16, bits: u64, now: Nanos) {
+        self.window.push(now, v, bits);
+    }
+
+    /// The fraction of arriving bits the CTV is set to act upon.
+    pub fn p(&self) -> f64 {
+        self.p
+    }
+
+    /// One update from the VQ's length and threshold (bits): the PI step,
+    /// then the CTV at the p-quantile of the window's arrivals.
+    pub fn update(&mut self, vqlen: u64, threshold: u64, now: Nanos) -> u32 {
+        self.window.expire(now);
+        let l = threshold.max(1) as f64;
+        let e = (vqlen as f64 - l) / l;
+        let step = self.alpha * e + self.beta * (e - self.e_prev);
+        self.p = (self.p + step * pie_scale(self.p)).clamp(0.0, 1.0);
+        self.e_prev = e;
+        let bits = (self.p * self.window.hist.total() as f64).round() as u64;
+        self.window.hist.head_cut(bits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::NS_PER_MS;
+
+    #[test]
+    fn the_ctv_is_the_p_quantile_of_the_window() {
+        let mut s = SteadyCtv::new(100 * NS_PER_MS, 0.0, 0.0);
+        for i in 0..100u16 {
+            s.on_arrival(1000 + 10 * i, 8000, 0);
+        }
+        assert_eq!(s.update(5000, 1000, NS_PER_MS), 0, "p = 0: nothing acted upon");
+        s.p = 0.04;
+        assert_eq!(s.update(5000, 1000, 2 * NS_PER_MS), 1031, "above the lowest 4 of 100 values");
+        s.p = 0.44;
+        assert_eq!(s.update(5000, 1000, 3 * NS_PER_MS), 1000 + 10 * 43 + 1);
+        s.p = 1.0;
+        assert_eq!(s.update(5000, 1000, 4 * NS_PER_MS), 1000 + 10 * 99 + 1, "everything");
+    }
+
+    #[test]
+    fn p_integrates_the_excess_in_steps_scaled_by_its_size() {
+        let mut s = SteadyCtv::new(100 * NS_PER_MS, 0.01, 0.0);
+        s.update(1000, 1000, 0);
+        assert_eq!(s.p(), 0.0, "at the threshold: no step");
+        s.update(5000, 1000, NS_PER_MS); // e = 4: 0.04 / 2048 from p = 0
+        assert!((s.p() - 0.04 / 2048.0).abs() < 1e-12, "{}", s.p());
+        // Held at 5x the threshold, p climbs through RFC 8033's bins, each faster.
+        let mut t = 2;
+        while s.p() < 0.5 {
+            s.update(5000, 1000, t * NS_PER_MS);
+            t += 1;
+        }
+        assert!((20..60).contains(&t), "{t} updates from 0 to 0.5");
+        // At p >= 0.1 the full step: 0.04 per update.
+        let before = s.p();
+        s.update(5000, 1000, t * NS_PER_MS);
+        assert!((s.p() - before - 0.04).abs() < 1e-9);
+        // An empty VQ (e = -1) winds p down to 0, not below: ~40 updates from
+        // 0.5 to 0.1 at 0.01, ~18 to 0.01 at 0.005, ~7 to 0.001, ~3 to 0.0001 ...
+        let mut n = 0;
+        while s.p() > 0.0 && n < 100_000 {
+            s.update(0, 1000, (t + n) * NS_PER_MS);
+            n += 1;
+        }
+        assert_eq!(s.p(), 0.0);
+        assert!((60..=80).contains(&n), "{n} updates down to 0");
+    }
+
+    #[test]
+    fn the_window_forgets_old_arrivals() {
+        let mut s = SteadyCtv::new(100 * NS_PER_MS, 0.0, 0.0);
+        s.p = 1.0;
+        s.on_arrival(5, 8000, 0);
+        s.on_arrival(50_000, 8000, 60 * NS_PER_MS);
+        assert_eq!(s.update(10_000, 1000, 99 * NS_PER_MS), 50_001, "p = 1: above the highest value in the window");
+        s.on_arrival(7, 8000, 120 * NS_PER_MS);
+        // At 161 ms the value-5 arrival (0 ms) and the 50000 one (60 ms) are gone.
+        assert_eq!(s.update(10_000, 1000, 161 * NS_PER_MS), 8);
+        assert_eq!(s.update(10_000, 1000, 221 * NS_PER_MS), 0, "nothing arrived in the window");
+    }
+
+    #[test]
+    fn the_derivative_term_answers_a_change_at_once() {
+        let mut s = SteadyCtv::new(100 * NS_PER_MS, 0.0, 0.1);
+        s.p = 0.5;
+        s.update(1000, 1000, 0);
+        s.update(3000, 1000, NS_PER_MS); // e: 0 -> 2
+        assert!((s.p() - 0.7).abs() < 1e-9);
+        s.update(3000, 1000, 2 * NS_PER_MS); // e unchanged: no drift without alpha
+        assert!((s.p() - 0.7).abs() < 1e-9);
+        s.update(1000, 1000, 3 * NS_PER_MS); // back: p returns
+        assert!((s.p() - 0.5).abs() < 1e-9);
+    }
+}
