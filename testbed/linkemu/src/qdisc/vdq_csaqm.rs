@@ -326,7 +326,7 @@ impl VdqCsaqm {
             ("classic_delay_ms", Scalar::F(head_ms(C))),
             ("rate_mbit", Scalar::F(self.rate_bps / 1e6)),
             ("ctv_updates", Scalar::U(self.updates)),
-            ("ctv_rule", Scalar::S(if self.steady.is_some() { "steady" } else { "paper" })),
+            ("ctv_rule", Scalar::S(self.rule_name())),
             ("steady_p", Scalar::F(self.steady.as_ref().map_or(0.0, SteadyCtv::p))),
             ("l4s_marks", Scalar::U(k[L].aqm_marks)),
             ("l4s_drops", Scalar::U(k[L].aqm_drops)),
@@ -420,7 +420,7 @@ impl Qdisc for VdqCsaqm {
         let params = json!({
             "rate_mbit": self.rate_bps / 1e6,
             "ctv_updates": self.updates,
-            "ctv_rule": if self.steady.is_some() { "steady" } else { "paper" },
+            "ctv_rule": self.rule_name(),
             "steady_p": self.steady.as_ref().map_or(0.0, SteadyCtv::p),
             "marker_flows_started": self.marker.flows_started,
             "classes": {"l4s": class(L), "classic": class(C)},
@@ -482,6 +482,14 @@ impl Qdisc for VdqCsaqm {
 }
 
 impl VdqCsaqm {
+    fn rule_name(&self) -> &'static str {
+        if self.steady.is_some() {
+            "steady"
+        } else {
+            "paper"
+        }
+    }
+
     /// The CTV that acts on a packet of queue i (the larger of those of VQ_j, j >= i).
     fn ctv_for(&self, i: usize) -> u32 {
         Self::vqs_of(i).map(|j| self.ctv[j]).max().unwrap_or(0)
