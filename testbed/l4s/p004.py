@@ -48,7 +48,8 @@ def main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--results", type=Path, default=Path("results/p004"))
     ap.add_argument("--md", type=Path, help="write the tables here (default: RESULTS/p004.md)")
-    ap.add_argument("--plots", type=Path, help="folder for p004-side-by-side.png and the seed-1 VDQ run plots")
+    ap.add_argument("--plots", type=Path, help="folder for p004-side-by-side[-VARIANT].png and the seed-1 VDQ run "
+                    "plots")
     ap.add_argument("--run-plots", nargs="*", default=[], help="scenario names whose first seed gets report.py's plot")
     ap.add_argument("--variant", default="", help="read each template's twin <name>-VARIANT instead (rtt40: "
                     "40 ms base RTT; steady: VDQ-CSAQM's steady CTV, DualPI2 as without it; rtt40-steady: both; "
@@ -66,7 +67,7 @@ def main(argv: Sequence[str]) -> int:
     md.write_text(text)
     print(text)
     if a.plots:
-        print(plot(cells, a.plots), file=sys.stderr)
+        print(plot(cells, a.plots, variant), file=sys.stderr)
         for name in a.run_plots:
             runs = seed_runs(a.results, name)
             if runs:

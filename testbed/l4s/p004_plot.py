@@ -1,5 +1,5 @@
-"""Paper 004 side by side as one figure (``p004-side-by-side.png``): bars per template phase, DualPI2 beside
-VDQ-CSAQM, mean over seeds with min-max error bars."""
+"""Paper 004 side by side as one figure (``p004-side-by-side<variant>.png``): bars per template phase, DualPI2
+beside VDQ-CSAQM, mean over seeds with min-max error bars."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from ccswitch.testbed.l4s.p004_targets import L_MEAN_MS, SOLO_UTIL
 from ccswitch.testbed.l4s.report_tables import ratio_text
 
 
-def plot(cells: dict[tuple[str, str], list[Cell]], out: Path) -> Path:
-    """Bars per template phase, DualPI2 beside VDQ-CSAQM, mean over seeds with min-max error bars."""
+def plot(cells: dict[tuple[str, str], list[Cell]], out: Path, variant: str = "") -> Path:
+    """Bars per template phase, DualPI2 beside VDQ-CSAQM, mean over seeds with min-max error bars; *variant*
+    (``-rtt40``, ``-steady``...) names the file and the title."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -85,11 +86,13 @@ def plot(cells: dict[tuple[str, str], list[Cell]], out: Path) -> Path:
     axes[-1].set_xticks(range(len(xs)))
     axes[-1].set_xticklabels([lab for _, _, lab in xs], fontsize=7)
     axes[-1].set_xlabel("phase: L4S-Classic flows", fontsize=8)
-    fig.suptitle("Paper 004 templates at 50 Mbit/s, 5 ms base RTT: DualPI2 vs VDQ-CSAQM per phase, mean over "
+    rtt = "40 ms" if "rtt40" in variant else "5 ms"
+    vdq = "VDQ-CSAQM (steady CTV)" if "steady" in variant else "VDQ-CSAQM"
+    fig.suptitle(f"Paper 004 templates at 50 Mbit/s, {rtt} base RTT: DualPI2 vs {vdq} per phase, mean over "
                  "seeds, error bars min-max", fontsize=10)
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "p004-side-by-side.png"
+    path = out / f"p004-side-by-side{variant}.png"
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
