@@ -327,7 +327,7 @@ impl VdqCsaqm {
             ("rate_mbit", Scalar::F(self.rate_bps / 1e6)),
             ("ctv_updates", Scalar::U(self.updates)),
             ("ctv_rule", Scalar::S(self.rule_name())),
-            ("steady_p", Scalar::F(self.steady.as_ref().map_or(0.0, SteadyCtv::p))),
+            ("steady_p", Scalar::F(self.steady_p())),
             ("l4s_marks", Scalar::U(k[L].aqm_marks)),
             ("l4s_drops", Scalar::U(k[L].aqm_drops)),
             ("classic_marks", Scalar::U(k[C].aqm_marks)),
@@ -421,7 +421,7 @@ impl Qdisc for VdqCsaqm {
             "rate_mbit": self.rate_bps / 1e6,
             "ctv_updates": self.updates,
             "ctv_rule": self.rule_name(),
-            "steady_p": self.steady.as_ref().map_or(0.0, SteadyCtv::p),
+            "steady_p": self.steady_p(),
             "marker_flows_started": self.marker.flows_started,
             "classes": {"l4s": class(L), "classic": class(C)},
         });
@@ -482,6 +482,11 @@ impl Qdisc for VdqCsaqm {
 }
 
 impl VdqCsaqm {
+    /// The steady rule's fraction p (0 under the paper's rule).
+    fn steady_p(&self) -> f64 {
+        self.steady.as_ref().map_or(0.0, SteadyCtv::p)
+    }
+
     fn rule_name(&self) -> &'static str {
         if self.steady.is_some() {
             "steady"

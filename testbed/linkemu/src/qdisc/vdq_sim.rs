@@ -233,7 +233,6 @@ impl Sim {
                         f.pkts_out += 1;
                         f.marks += pkt.marked as u64;
                         f.sojourn_sum += pkt.sojourn as u128;
-                        f.sojourn_max = f.sojourn_max.max(pkt.sojourn);
                         if pkt.class == QClass::L4s {
                             self.l4s.pkts_out += 1;
                             self.l4s.sojourn_sum += pkt.sojourn as u128;
