@@ -55,8 +55,9 @@ and three templates are written for both queues:
 base RTT, so that each flow's window matches paper 004's at 1 Gbit/s (SCALED_ONE_WAY_MS).
 
 **Steady CTV** (``-steady-vdq``): every VDQ-CSAQM file but the ``-daemon`` ones again with linkemu's
-``ctv_rule = "steady"`` (STEADY_CTV; CTV_1 with memory, a deviation from the paper's CTV, linkemu's
-src/qdisc/vdq_steady.rs): ``l4s-dyn-cubic-vs-prague-steady-vdq``, ``...-rtt40-steady-vdq``.
+``ctv_rule = "steady"`` (STEADY_CTV; CTV_1 with memory, held at half of VQ_1's threshold under the paper's
+CTV, a deviation from the paper, linkemu's src/qdisc/vdq_steady.rs): ``l4s-dyn-cubic-vs-prague-steady-vdq``,
+``...-rtt40-steady-vdq``.
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ VDQ_CSAQM = {  # paper 004 section 3 defaults, all named (C = the link's rate, w
     "target0_ms": 1.0, "target1_ms": 20.0, "tupdate_ms": 10.0, "classifier": "dscp", "l_dscp": [PRAGUE_DSCP],
     "classic_ecn": True, "default_policy": "gold", "rate_window_ms": 100.0, "idle_timeout_ms": 3000.0,
 }
-STEADY_CTV = {"ctv_rule": "steady", "steady_window_ms": 100.0, "steady_alpha": 0.001, "steady_beta": 0.01}
+STEADY_CTV = {"ctv_rule": "steady", "steady_window_ms": 100.0, "steady_alpha": 0.001, "steady_beta": 0.01,
+              "steady_setpoint": 0.5}
 """The ``-steady-vdq`` twins' CTV rule, all named (linkemu's defaults for it, config/vdq.rs STEADY_DEFAULTS)."""
 STEADY_SUFFIX = "-steady"
 CLIENT_SUBNET, CLIENT_HOST0 = "10.99.0", 10

@@ -280,8 +280,9 @@ class VdqCsaqm:
     marker: ``default_policy`` "gold" (or "silver", "voice"), ``policies`` rules (first match wins),
     ``rate_window_ms`` 100, ``idle_timeout_ms`` 3000; ``ctv_rule`` "paper" (section 3's CTV) or
     "steady" (CTV_1 from a PI controller's fraction turned into a CTV by the values that arrived in the last
-    ``steady_window_ms`` 100, gains ``steady_alpha`` 0.001 and ``steady_beta`` 0.01 per update: a
-    deviation, linkemu's src/qdisc/vdq_steady.rs).  None fields take these defaults.
+    ``steady_window_ms`` 100, gains ``steady_alpha`` 0.001 and ``steady_beta`` 0.01 per update, holding
+    VQ_1 at ``steady_setpoint`` 0.5 of its threshold, with the paper's CTV_1 as the ceiling: a deviation,
+    linkemu's src/qdisc/vdq_steady.rs).  None fields take these defaults.
     """
 
     rate_mbit: float | None = None
@@ -303,6 +304,7 @@ class VdqCsaqm:
     steady_window_ms: float | None = None
     steady_alpha: float | None = None
     steady_beta: float | None = None
+    steady_setpoint: float | None = None
 
     def to_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"kind": "vdq_csaqm", **present_fields(self)}

@@ -14,9 +14,9 @@ use super::ConfigError;
 /// The marker's policies (throughput-value functions, `qdisc/pv_marker.rs`).
 pub const VDQ_POLICIES: [&str; 3] = ["gold", "silver", "voice"];
 
-/// The steady CTV rule's window (ms) and PI gains (alpha, beta) by default
-/// (chosen in virtual time, `qdisc/vdq_tests.rs`).
-pub const STEADY_DEFAULTS: (f64, f64, f64) = (100.0, 0.001, 0.01);
+/// The steady CTV rule's window (ms), PI gains (alpha, beta) and setpoint (a
+/// fraction of l_1) by default (chosen in virtual time, `qdisc/vdq_tests.rs`).
+pub const STEADY_DEFAULTS: (f64, f64, f64, f64) = (100.0, 0.001, 0.01, 0.5);
 
 /// One rule of the marker: a flow whose 5-tuple matches every field given gets `policy`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -75,9 +75,12 @@ pub struct VdqCsaqm {
     pub ctv_rule: String,
     /// steady: the arrival window the CTV is the p-quantile of.
     pub steady_window_ms: f64,
-    /// steady: the PI gains per update on e = (vqlen - l) / l.
+    /// steady: the PI gains per update on e = (vqlen - s l) / l.
     pub steady_alpha: f64,
     pub steady_beta: f64,
+    /// steady: s, the VQ length the PI holds, as a fraction of l = C_v1 D_1 (0 < s <= 1;
+    /// above l the paper's CTV acts at once as well).
+    pub steady_setpoint: f64,
 }
 
 impl Default for VdqCsaqm {
@@ -102,6 +105,7 @@ impl Default for VdqCsaqm {
             steady_window_ms: STEADY_DEFAULTS.0,
             steady_alpha: STEADY_DEFAULTS.1,
             steady_beta: STEADY_DEFAULTS.2,
+            steady_setpoint: STEADY_DEFAULTS.3,
         }
     }
 }
@@ -184,6 +188,13 @@ impl VdqCsaqm {
                 return Err(ConfigError::new(f(name), format!("must be 0..1 (per update), got {v}")));
             }
         }
+        let s = self.steady_setpoint;
+        if !(s.is_finite() && s > 0.0 && s <= 1.0) {
+            return Err(ConfigError::new(
+                f("steady_setpoint"),
+                format!("must be > 0 and <= 1 (a fraction of l_1 = C_v1 D_1), got {s}"),
+            ));
+        }
         policy_name(&f("default_policy"), &self.default_policy)?;
         for (i, r) in self.policies.iter().enumerate() {
             policy_name(&format!("{at}.policies[{i}].policy"), &r.policy)?;
@@ -234,6 +245,7 @@ mod tests {
             (r#"{"kind": "vdq_csaqm", "ctv_rule": "pi"}"#, r, "uplink.qdisc.ctv_rule", "unknown CTV rule"),
             (r#"{"kind": "vdq_csaqm", "steady_alpha": -1}"#, r, "uplink.qdisc.steady_alpha", "must be 0..1"),
             (r#"{"kind": "vdq_csaqm", "steady_window_ms": 0}"#, r, "uplink.qdisc.steady_window_ms", "1..60000"),
+            (r#"{"kind": "vdq_csaqm", "steady_setpoint": 0}"#, r, "uplink.qdisc.steady_setpoint", "> 0 and <= 1"),
             (r#"{"kind": "vdq_csaqm", "classifier": "dscp"}"#, r, "uplink.qdisc.l_dscp", "at least one"),
             (r#"{"kind": "vdq_csaqm", "l_dscp": [40]}"#, r, "uplink.qdisc.l_dscp", "only with"),
             (r#"{"kind": "vdq_csaqm", "classifier": "dscp", "l_dscp": [64]}"#, r, "uplink.qdisc.l_dscp[0]", "0..63"),

@@ -42,9 +42,11 @@
 //! (its policy and rate) sets its throughput - if the CTV were steady.  It
 //! is not: it is 0 at most updates and, when set, usually cuts into Gold's
 //! values as well as Silver's, so Gold:Silver comes out ~2:1, not 4:1
-//! (README).  `ctv_rule = "steady"` swaps this rule for one with memory
-//! on VQ_1 ([`super::vdq_steady`], a deviation): a PI controller's fraction
-//! of arriving bits, turned into a CTV by the values that arrived lately.
+//! (README).  `ctv_rule = "steady"` adds a rule with memory on VQ_1
+//! ([`super::vdq_steady`], a deviation): a PI controller's fraction of
+//! arriving bits, holding VQ_1 at `steady_setpoint` l_1 and turned into a
+//! CTV by the values that arrived lately; CTV_1 is the larger of it and the
+//! paper's CTV_1, which so still acts at once above l_1.
 //! VQ_0 keeps the paper's immediate rule (an L4S sender smooths the signal
 //! itself; smoothed at the queue, bursts held Prague to ~40 % of C).
 //!
@@ -164,7 +166,7 @@ impl VdqCsaqm {
                 vq(c.vq1_rate, qmax_bytes[L] + qmax_bytes[C], c.target1_ms),
             ],
             steady: (c.ctv_rule == "steady")
-                .then(|| SteadyCtv::new(ms(c.steady_window_ms), c.steady_alpha, c.steady_beta)),
+                .then(|| SteadyCtv::new(ms(c.steady_window_ms), c.steady_alpha, c.steady_beta, c.steady_setpoint)),
             ctv: [0, 0],
             tupdate: ms(c.tupdate_ms).max(1),
             next_update: 0,
@@ -259,7 +261,8 @@ impl VdqCsaqm {
         for j in 0..2 {
             let vq = &self.vq[j];
             let rule = match &mut self.steady {
-                Some(s) if j == C => s.update(vq.len_bits(), vq.threshold_bits, now),
+                // The paper's CTV stays as the ceiling: above l_1 it acts at once.
+                Some(s) if j == C => s.update(vq.len_bits(), vq.threshold_bits, now).max(vq.ctv()),
                 _ => vq.ctv(),
             };
             self.ctv[j] = pinned_ctv().unwrap_or(rule);

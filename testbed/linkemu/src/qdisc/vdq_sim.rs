@@ -6,9 +6,11 @@
 //! (slow start, +1 packet per RTT, halved on a loss or a CE echo, at most once
 //! per RTT); and a DCTCP-like scalable sender (ECT(1), +1 per RTT, once per RTT
 //! of ACKs alpha <- (1 - 1/16) alpha + F/16 with F the marked fraction, and
-//! cwnd <- cwnd (1 - alpha / 2) if anything was marked).  A [`Run`] has each
-//! flow's tally, the L4S class's sojourn, the CTVs every 10 ms and the
-//! discipline's statistics.
+//! cwnd <- cwnd (1 - alpha / 2) if anything was marked), and the same with
+//! TCP Prague's RTT-independent increase (0.04 packet per round at 5 ms, as
+//! ccswitch's Prague: docs/l4s.md "Prague fidelity").  A [`Run`] has each
+//! flow's tally, the L4S class's sojourn, the CTVs and the Classic queue's
+//! head delay every 10 ms, and the discipline's statistics.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -24,12 +26,15 @@ use crate::time::{Nanos, NS_PER_MS};
 
 pub(super) const LEN: usize = 1500;
 const ACK_DELAY: Nanos = 5 * NS_PER_MS;
+/// [`Cc::Prague`]'s additive increase per round: (5 ms / 25 ms)^2.
+const PRAGUE_AI: f64 = 0.04;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Cc {
     Cbr { gap: Nanos, stop: Nanos },
     Reno,
     Dctcp,
+    Prague,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -73,6 +78,11 @@ impl Sender {
     pub(super) fn dctcp(sport: u16) -> Sender {
         Sender::new(sport, Ecn::Ect1, Cc::Dctcp)
     }
+    /// DCTCP-like with TCP Prague's RTT independence below 25 ms: the additive
+    /// increase is (RTT / 25 ms)^2 = 0.04 packet per round at the 5 ms RTT.
+    pub(super) fn prague(sport: u16) -> Sender {
+        Sender::new(sport, Ecn::Ect1, Cc::Prague)
+    }
 
     fn halve(&mut self, t: Nanos) {
         if t >= self.last_cut + 2 * ACK_DELAY {
@@ -84,7 +94,7 @@ impl Sender {
 
     fn ack(&mut self, t: Nanos, marked: bool) {
         self.inflight -= 1;
-        if self.cc == Cc::Dctcp {
+        if matches!(self.cc, Cc::Dctcp | Cc::Prague) {
             self.win_acked += 1.0;
             self.win_marked += marked as u8 as f64;
             if self.win_acked >= self.cwnd {
@@ -103,6 +113,8 @@ impl Sender {
         }
         if self.cwnd < self.ssthresh {
             self.cwnd += 1.0;
+        } else if self.cc == Cc::Prague {
+            self.cwnd += PRAGUE_AI / self.cwnd;
         } else {
             self.cwnd += 1.0 / self.cwnd;
         }
@@ -145,6 +157,8 @@ pub(super) struct Sim {
     out: Vec<Out>,
     /// (t, CTV_0, CTV_1) every 10 ms.
     ctv: Vec<(Nanos, u64, u64)>,
+    /// (t, the Classic queue's head delay in ms) every 10 ms.
+    classic_delay: Vec<(Nanos, f64)>,
 }
 
 pub(super) struct Run {
@@ -152,6 +166,7 @@ pub(super) struct Run {
     pub(super) l4s: Tally,
     secs: f64,
     pub(super) ctv: Vec<(Nanos, u64, u64)>,
+    classic_delay: Vec<(Nanos, f64)>,
     pub(super) stats: Option<Value>,
 }
 
@@ -161,6 +176,11 @@ impl Run {
     }
     pub(super) fn total_mbit(&self) -> f64 {
         self.flows.values().map(|f| f.mbit(self.secs)).sum()
+    }
+    /// The Classic queue's head delay (ms) averaged over the 10 ms samples from `from`.
+    pub(super) fn classic_delay_mean_ms(&self, from: Nanos) -> f64 {
+        let late: Vec<f64> = self.classic_delay.iter().filter(|x| x.0 >= from).map(|x| x.1).collect();
+        late.iter().sum::<f64>() / late.len().max(1) as f64
     }
     /// CTV_1 at the last sample at or before `t`.
     pub(super) fn ctv1_at(&self, t: Nanos) -> u64 {
@@ -197,6 +217,7 @@ impl Sim {
             l4s: Tally::default(),
             out: vec![],
             ctv: vec![],
+            classic_delay: vec![],
         }
     }
 
@@ -282,6 +303,9 @@ impl Sim {
             if t == next_sample {
                 let p = self.link.qdisc().control_state(t, 0).params;
                 self.ctv.push((t, ctv_param(&p, "ctv_l4s"), ctv_param(&p, "ctv_classic")));
+                if let Some(&(_, Scalar::F(d))) = p.iter().find(|q| q.0 == "classic_delay_ms") {
+                    self.classic_delay.push((t, d));
+                }
                 next_sample += 10 * NS_PER_MS;
             }
             while self.events.peek().is_some_and(|e| e.0 .0 == t) {
@@ -310,7 +334,14 @@ impl Sim {
             }
         }
         let secs = (until - self.from) as f64 / 1e9;
-        Run { flows: self.flows, l4s: self.l4s, secs, ctv: self.ctv, stats: self.link.qdisc().stats_json() }
+        Run {
+            flows: self.flows,
+            l4s: self.l4s,
+            secs,
+            ctv: self.ctv,
+            classic_delay: self.classic_delay,
+            stats: self.link.qdisc().stats_json(),
+        }
     }
 }
 

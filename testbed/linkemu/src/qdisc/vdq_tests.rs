@@ -136,6 +136,10 @@ fn an_unresponsive_flow_is_held_to_the_responsive_flows_share() {
     assert!((v.total_mbit() / 3.0 - 19.2).abs() < 3.0, "{}", v.total_mbit());
     assert!(p.mbit(1) > 2.5 * tcp(&p));
     assert!(v.flows[&2].sojourn_ms() < 5.0 && p.flows[&2].sojourn_ms() > 50.0);
+    // The steady CTV rule holds it as well (measured 28 Nov: UDP 18.6, Reno-like 18.2 each).
+    let s = run(&vdq(r#", "ctv_rule": "steady""#), 100.0, &senders, 30 * S, 10 * S);
+    println!("vdq steady: udp {:.1} tcp {:.1}", s.mbit(1), tcp(&s));
+    assert!(s.mbit(1) < 1.25 * tcp(&s) && s.mbit(1) > 0.8 * tcp(&s), "{} vs {}", s.mbit(1), tcp(&s));
 }
 
 #[test]
@@ -234,10 +238,10 @@ fn a_steady_ctv_gives_four_to_one_the_papers_episodic_ctv_about_two() {
 #[test]
 fn the_steady_ctv_rule_realises_the_policy() {
     // ctv_rule = "steady" (vdq_steady.rs, on VQ_1): the same senders and
-    // marker as above, one Gold and one Silver.  Measured (28 Nov) at 50 /
-    // 200 Mbit/s per pair, Reno-like: 3.88 / 3.72 (the paper's rule 2.40 /
-    // 1.82).  The bound: the policy's 4:1 +- 25 % (the issue's
-    // target).
+    // marker as above, one Gold and one Silver.  Measured (28 Nov, setpoint
+    // 0.5 l_1 under the paper's CTV) at 60 / 200 Mbit/s per pair, Reno-like:
+    // 3.89 / 3.57 (the paper's rule 2.40 / 1.82).  The bound: the policy's
+    // 4:1 +- 25 % (the issue's target).
     let steady = r#", "ctv_rule": "steady""#;
     let reno = Sender::reno as fn(u16) -> Sender;
     let dctcp = Sender::dctcp as fn(u16) -> Sender;
@@ -253,7 +257,7 @@ fn the_steady_ctv_rule_realises_the_policy() {
     assert_eq!(format!("{paper:?}"), format!("{ours:?}"));
     // The L4S queue keeps its delay beside a steady-CTV Classic flow: 8
     // DCTCP-like flows and a Reno-like one at 50 Mbit/s (measured: mean
-    // 0.42, max 1.68 ms; the paper's rule 0.43 / 1.48).
+    // 0.37, max 1.68 ms; the paper's rule 0.43 / 1.48).
     let senders: Vec<Sender> = (1..=8).map(Sender::dctcp).chain([Sender::reno(20)]).collect();
     let r = run(&vdq(steady), 50.0, &senders, 20 * S, 5 * S);
     let max_ms = r.l4s.sojourn_max as f64 / 1e6;
@@ -263,4 +267,43 @@ fn the_steady_ctv_rule_realises_the_policy() {
     let st = r.stats.unwrap();
     assert_eq!(st["ctv_rule"], "steady");
     assert!(st["steady_p"].as_f64().unwrap() > 0.0, "{}", st["steady_p"]);
+}
+
+#[test]
+fn the_steady_ctv_rule_keeps_the_classic_queue_where_l4s_shares() {
+    // Where L4S and Classic share VQ_1, a PI alone swung with a ~4 s period
+    // (vdq_steady.rs): one Reno-like and one Prague-like flow at 50 Mbit/s
+    // (all Gold) had the Classic queue at 18.0 ms on average and the link at
+    // 92.0 %, against the paper's rule 2.7 ms and 97.7 %.  With the setpoint
+    // (0.5 l_1) and the paper's CTV as the ceiling, measured 28 Nov: 4.0 ms,
+    // 97.6 %.  Bounds: under 10 ms (half the swinging loop's) and >= 95 %.
+    let steady = r#", "ctv_rule": "steady""#;
+    let pair = [Sender::reno(1), Sender::prague(2)];
+    let paper = run(&vdq(""), 50.0, &pair, 30 * S, 5 * S);
+    let ours = run(&vdq(steady), 50.0, &pair, 30 * S, 5 * S);
+    let (cp, co) = (paper.classic_delay_mean_ms(5 * S), ours.classic_delay_mean_ms(5 * S));
+    let (up, uo) = (paper.total_mbit() / 50.0, ours.total_mbit() / 50.0);
+    println!("reno + prague: Classic queue {co:.2} ms (paper's rule {cp:.2}), utilisation {uo:.3} ({up:.3})");
+    assert!(co < 10.0 && uo >= 0.95, "{co} {uo}");
+    // Gold and Silver pairs of both classes at 200 Mbit/s (DCTCP-like L4S,
+    // whose windows are large enough to resolve 4:1): measured Classic 3.88,
+    // L4S 3.39, Classic queue 3.3 ms; the paper's rule 2.20, 2.12, 16.0 ms.
+    let senders = [Sender::reno(1), Sender::reno(101), Sender::dctcp(2), Sender::dctcp(102)];
+    let silver = r#", "policies": [{"policy": "silver", "sport": 101}, {"policy": "silver", "sport": 102}]"#;
+    let paper = run(&vdq(silver), 200.0, &senders, 30 * S, 5 * S);
+    let ours = run(&vdq(&format!("{silver}{steady}")), 200.0, &senders, 30 * S, 5 * S);
+    for (name, r) in [("paper", &paper), ("steady", &ours)] {
+        println!(
+            "{name} at 200: Gold:Silver Classic {:.2}, L4S {:.2}, Classic queue {:.2} ms, utilisation {:.3}",
+            r.mbit(1) / r.mbit(101),
+            r.mbit(2) / r.mbit(102),
+            r.classic_delay_mean_ms(5 * S),
+            r.total_mbit() / 200.0
+        );
+    }
+    for (g, s) in [(1, 101), (2, 102)] {
+        let ratio = ours.mbit(g) / ours.mbit(s);
+        assert!((3.0..=5.0).contains(&ratio), "{g}: {ratio}");
+    }
+    assert!(ours.classic_delay_mean_ms(5 * S) < paper.classic_delay_mean_ms(5 * S));
 }
