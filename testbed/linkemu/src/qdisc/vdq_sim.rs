@@ -26,7 +26,8 @@ use crate::time::{Nanos, NS_PER_MS};
 
 pub(super) const LEN: usize = 1500;
 const ACK_DELAY: Nanos = 5 * NS_PER_MS;
-/// [`Cc::Prague`]'s additive increase per round: (5 ms / 25 ms)^2.
+/// [`Cc::Prague`]'s additive increase per round: TCP Prague's RTT independence
+/// below 25 ms scales it by (RTT / 25 ms)^2, 0.04 at the 5 ms RTT.
 const PRAGUE_AI: f64 = 0.04;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -78,8 +79,7 @@ impl Sender {
     pub(super) fn dctcp(sport: u16) -> Sender {
         Sender::new(sport, Ecn::Ect1, Cc::Dctcp)
     }
-    /// DCTCP-like with TCP Prague's RTT independence below 25 ms: the additive
-    /// increase is (RTT / 25 ms)^2 = 0.04 packet per round at the 5 ms RTT.
+    /// DCTCP-like with Prague's additive increase ([`PRAGUE_AI`]).
     pub(super) fn prague(sport: u16) -> Sender {
         Sender::new(sport, Ecn::Ect1, Cc::Prague)
     }
@@ -179,8 +179,9 @@ impl Run {
     }
     /// The Classic queue's head delay (ms) averaged over the 10 ms samples from `from`.
     pub(super) fn classic_delay_mean_ms(&self, from: Nanos) -> f64 {
-        let late: Vec<f64> = self.classic_delay.iter().filter(|x| x.0 >= from).map(|x| x.1).collect();
-        late.iter().sum::<f64>() / late.len().max(1) as f64
+        let (sum, n) =
+            self.classic_delay.iter().filter(|x| x.0 >= from).fold((0.0, 0), |(sum, n), x| (sum + x.1, n + 1));
+        sum / n.max(1) as f64
     }
     /// CTV_1 at the last sample at or before `t`.
     pub(super) fn ctv1_at(&self, t: Nanos) -> u64 {
@@ -188,8 +189,13 @@ impl Run {
     }
 }
 
+/// A control-state parameter by name.
+fn param(s: &[(&'static str, Scalar)], name: &str) -> Option<Scalar> {
+    s.iter().find(|p| p.0 == name).map(|p| p.1)
+}
+
 fn ctv_param(s: &[(&'static str, Scalar)], name: &str) -> u64 {
-    match s.iter().find(|p| p.0 == name).map(|p| p.1) {
+    match param(s, name) {
         Some(Scalar::U(v)) => v,
         _ => 0,
     }
@@ -303,7 +309,7 @@ impl Sim {
             if t == next_sample {
                 let p = self.link.qdisc().control_state(t, 0).params;
                 self.ctv.push((t, ctv_param(&p, "ctv_l4s"), ctv_param(&p, "ctv_classic")));
-                if let Some(&(_, Scalar::F(d))) = p.iter().find(|q| q.0 == "classic_delay_ms") {
+                if let Some(Scalar::F(d)) = param(&p, "classic_delay_ms") {
                     self.classic_delay.push((t, d));
                 }
                 next_sample += 10 * NS_PER_MS;
