@@ -120,6 +120,8 @@ access_delay_us = { cw_min = 15, extra = { dist = "exponential", mean_us = 100 }
      "link.uplink.qdisc.steady_setpoint", "must be > 0"),
     (("kind = \"pfifo\", limit_pkts = 50", "kind = \"vdq_csaqm\", steady_setpoint = 1.5"),
      "link.uplink.qdisc.steady_setpoint", "must be <= 1"),
+    (("kind = \"pfifo\", limit_pkts = 50", "kind = \"vdq_csaqm\", steady_l4s_gain = 0"),
+     "link.uplink.qdisc.steady_l4s_gain", "must be > 0"),
     (("kind = \"pfifo\", limit_pkts = 50", "kind = \"pie\", alpha = 3"), "link.uplink.qdisc.alpha",
      "must be <= 2, got 3"),
     (("kind = \"pfifo\", limit_pkts = 50", "kind = \"pie\", alpha = 0"), "link.uplink.qdisc.alpha", "must be > 0"),

@@ -130,9 +130,11 @@ VDQ_CSAQM = {  # paper 004 section 3 defaults, all named (C = the link's rate, w
     "target0_ms": 1.0, "target1_ms": 20.0, "tupdate_ms": 10.0, "classifier": "dscp", "l_dscp": [PRAGUE_DSCP],
     "classic_ecn": True, "default_policy": "gold", "rate_window_ms": 100.0, "idle_timeout_ms": 3000.0,
 }
-STEADY_CTV = {"ctv_rule": "steady", "steady_window_ms": 100.0, "steady_alpha": 0.001, "steady_beta": 0.01,
-              "steady_setpoint": 0.5}
-"""The ``-steady-vdq`` twins' CTV rule, all named (linkemu's defaults for it, config/vdq.rs STEADY_DEFAULTS)."""
+STEADY_CTV: dict[str, object] = {"ctv_rule": "steady", "steady_window_ms": 100.0, "steady_alpha": 0.001,
+                                  "steady_beta": 0.01, "steady_setpoint": 0.5}
+"""The ``-steady-vdq`` twins' CTV rule, all named (linkemu's defaults for it, config/vdq.rs STEADY_DEFAULTS).
+``--steady-l4s-gain G`` adds VQ_0's shallow cut (``steady_l4s_gain``, an option measured but not shipped in the
+twins: docs/l4s.md "A shallow CTV_0 cut")."""
 STEADY_SUFFIX = "-steady"
 CLIENT_SUBNET, CLIENT_HOST0 = "10.99.0", 10
 """testbed/runs/topology.py: client i (1-based) is SUBNET.(10 + i) (vdq_csaqm policy rules match on it)."""
@@ -337,17 +339,11 @@ def all_scenarios(queues: tuple[str, ...] = QUEUES) -> dict[str, str]:
     return out
 
 
-def main(argv: list[str]) -> int:
-    import argparse
-
+def write_files(scenarios: dict[str, str], only: set[str]) -> None:
+    """Write *scenarios* (all, or the names in *only*) into OUT_DIR, each checked by the scenario parser first."""
     from ccswitch.testbed.scenario import ScenarioError, parse_scenario
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("names", nargs="*", help="only these scenario names (default: all)")
-    ap.add_argument("--queue", choices=QUEUES, action="append", help="only this router queue's files (repeatable)")
-    a = ap.parse_args(argv)
-    only = set(a.names)
-    for name, text in all_scenarios(tuple(a.queue) if a.queue else QUEUES).items():
+    for name, text in scenarios.items():
         if only and name not in only:
             continue
         try:  # only files this checkout's scenario.py accepts (tests load every shipped file)
@@ -358,6 +354,28 @@ def main(argv: list[str]) -> int:
         path = OUT_DIR / f"{name}.toml"
         path.write_text(text)
         print(path)
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("names", nargs="*", help="only these scenario names (default: all)")
+    ap.add_argument("--queue", choices=QUEUES, action="append", help="only this router queue's files (repeatable)")
+    ap.add_argument("--steady-l4s-gain", type=float, metavar="G",
+                    help="write the -steady-vdq twins with VQ_0's shallow cut of gain G (0 < G <= 1; not the "
+                         "committed files: run without it to restore them)")
+    a = ap.parse_args(argv)
+    if a.steady_l4s_gain is not None and not 0.0 < a.steady_l4s_gain <= 1.0:
+        ap.error(f"--steady-l4s-gain: must be > 0 and <= 1, got {a.steady_l4s_gain:g}")
+    saved = dict(STEADY_CTV)
+    try:
+        if a.steady_l4s_gain is not None:
+            STEADY_CTV["steady_l4s_gain"] = a.steady_l4s_gain
+        write_files(all_scenarios(tuple(a.queue) if a.queue else QUEUES), set(a.names))
+    finally:  # the module's twins stay the committed ones for any caller after this
+        STEADY_CTV.clear()
+        STEADY_CTV.update(saved)
     return 0
 
 

@@ -281,8 +281,9 @@ class VdqCsaqm:
     ``rate_window_ms`` 100, ``idle_timeout_ms`` 3000; ``ctv_rule`` "paper" (section 3's CTV) or
     "steady" (CTV_1 from a PI controller's fraction turned into a CTV by the values that arrived in the last
     ``steady_window_ms`` 100, gains ``steady_alpha`` 0.001 and ``steady_beta`` 0.01 per update, holding
-    VQ_1 at ``steady_setpoint`` 0.5 of its threshold, with the paper's CTV_1 as the ceiling: a deviation,
-    linkemu's src/qdisc/vdq_steady.rs).  None fields take these defaults.
+    VQ_1 at ``steady_setpoint`` 0.5 of its threshold, with the paper's CTV_1 as the ceiling; with
+    ``steady_l4s_gain`` g (unset: CTV_0 the paper's) CTV_0 cuts only g of the paper's depth from the values
+    that arrived at VQ_0: deviations, linkemu's src/qdisc/vdq_steady.rs).  None fields take these defaults.
     """
 
     rate_mbit: float | None = None
@@ -305,6 +306,7 @@ class VdqCsaqm:
     steady_alpha: float | None = None
     steady_beta: float | None = None
     steady_setpoint: float | None = None
+    steady_l4s_gain: float | None = None
 
     def to_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"kind": "vdq_csaqm", **present_fields(self)}

@@ -219,7 +219,8 @@ def _vdq_csaqm(t: Table) -> VdqCsaqm:
                             "tupdate_ms": ("num", 0.1, 60_000.0), "rate_window_ms": ("num", 0.1, 60_000.0),
                             "idle_timeout_ms": ("num", 1.0, 60_000.0), "classic_ecn": ("bool", None, None),
                             "steady_window_ms": ("num", 1.0, 60_000.0), "steady_alpha": ("num", 0.0, 1.0),
-                            "steady_beta": ("num", 0.0, 1.0), "steady_setpoint": ("pos", None, 1.0)})
+                            "steady_beta": ("num", 0.0, 1.0), "steady_setpoint": ("pos", None, 1.0),
+                            "steady_l4s_gain": ("pos", None, 1.0)})
     if v.get("vq0_rate", 0.9) > v.get("vq1_rate", 0.984):
         t.err(t.here("vq0_rate"), f"must be <= vq1_rate ({v.get('vq1_rate', 0.984):g}), got {v.get('vq0_rate', 0.9):g}")
     classifier = t.string("classifier", None, choices=VDQ_CLASSIFIERS)

@@ -71,7 +71,7 @@ pub struct VdqCsaqm {
     /// `"paper"`: CTV_i from VQ_i's histogram, 0 while vqlen_i <= l_i (section 3);
     /// `"steady"`: CTV_1 from a PI controller's fraction p, turned into a CTV by the values
     /// that arrived in the last `steady_window_ms` (a deviation, `qdisc/vdq_steady.rs`; CTV_0
-    /// keeps the paper's rule).
+    /// keeps the paper's rule unless `steady_l4s_gain` is set).
     pub ctv_rule: String,
     /// steady: the arrival window the CTV is the p-quantile of.
     pub steady_window_ms: f64,
@@ -81,6 +81,9 @@ pub struct VdqCsaqm {
     /// steady: s, the VQ length the PI holds, as a fraction of l = C_v1 D_1 (0 < s <= 1;
     /// above l the paper's CTV acts at once as well).
     pub steady_setpoint: f64,
+    /// steady: g, VQ_0's shallow cut, the share of the paper's CTV_0 depth cut from the values
+    /// that arrived at VQ_0 (0 < g <= 1; 0.1 measured); null: CTV_0 is the paper's.
+    pub steady_l4s_gain: Option<f64>,
 }
 
 impl Default for VdqCsaqm {
@@ -106,6 +109,7 @@ impl Default for VdqCsaqm {
             steady_alpha: STEADY_DEFAULTS.1,
             steady_beta: STEADY_DEFAULTS.2,
             steady_setpoint: STEADY_DEFAULTS.3,
+            steady_l4s_gain: None,
         }
     }
 }
@@ -188,12 +192,14 @@ impl VdqCsaqm {
                 return Err(ConfigError::new(f(name), format!("must be 0..1 (per update), got {v}")));
             }
         }
-        let s = self.steady_setpoint;
-        if !(s.is_finite() && s > 0.0 && s <= 1.0) {
-            return Err(ConfigError::new(
-                f("steady_setpoint"),
-                format!("must be > 0 and <= 1 (a fraction of l_1 = C_v1 D_1), got {s}"),
-            ));
+        for (name, v, what) in [
+            ("steady_setpoint", Some(self.steady_setpoint), "a fraction of l_1 = C_v1 D_1"),
+            ("steady_l4s_gain", self.steady_l4s_gain, "a share of the paper's CTV_0 cut"),
+        ] {
+            let Some(v) = v else { continue };
+            if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+                return Err(ConfigError::new(f(name), format!("must be > 0 and <= 1 ({what}), got {v}")));
+            }
         }
         policy_name(&f("default_policy"), &self.default_policy)?;
         for (i, r) in self.policies.iter().enumerate() {
@@ -246,6 +252,7 @@ mod tests {
             (r#"{"kind": "vdq_csaqm", "steady_alpha": -1}"#, r, "uplink.qdisc.steady_alpha", "must be 0..1"),
             (r#"{"kind": "vdq_csaqm", "steady_window_ms": 0}"#, r, "uplink.qdisc.steady_window_ms", "1..60000"),
             (r#"{"kind": "vdq_csaqm", "steady_setpoint": 0}"#, r, "uplink.qdisc.steady_setpoint", "> 0 and <= 1"),
+            (r#"{"kind": "vdq_csaqm", "steady_l4s_gain": 1.5}"#, r, "uplink.qdisc.steady_l4s_gain", "> 0 and <= 1"),
             (r#"{"kind": "vdq_csaqm", "classifier": "dscp"}"#, r, "uplink.qdisc.l_dscp", "at least one"),
             (r#"{"kind": "vdq_csaqm", "l_dscp": [40]}"#, r, "uplink.qdisc.l_dscp", "only with"),
             (r#"{"kind": "vdq_csaqm", "classifier": "dscp", "l_dscp": [64]}"#, r, "uplink.qdisc.l_dscp[0]", "0..63"),

@@ -46,9 +46,11 @@
 //! ([`super::vdq_steady`], a deviation): a PI controller's fraction of
 //! arriving bits, holding VQ_1 at `steady_setpoint` l_1 and turned into a
 //! CTV by the values that arrived lately; CTV_1 is the larger of it and the
-//! paper's CTV_1, which so still acts at once above l_1.
-//! VQ_0 keeps the paper's immediate rule (an L4S sender smooths the signal
-//! itself; smoothed at the queue, bursts held Prague to ~40 % of C).
+//! paper's CTV_1, which so still acts at once above l_1.  VQ_0 keeps the
+//! paper's rule unless `steady_l4s_gain` g is set: then CTV_0 keeps the
+//! paper's condition (vqlen_0 > l_0) but cuts only g of the paper's depth,
+//! from the values that arrived lately (a scalable sender needs a shallow,
+//! well-placed mark rate; a PI there wound up on Prague's bursts).
 //!
 //! **Deviations** (all documented in README.md): the marker's rate is an
 //! exponentially decaying average (the paper: "a short timescale"); the TVF
@@ -71,7 +73,7 @@ use super::control::{FlowState, QdiscState, Scalar};
 use super::fifo::Fifo;
 use super::flow_stats::{FlowDrop, FlowStats};
 use super::pv_marker::{gold_rate, Marker, Policy, V_MAX};
-use super::vdq_steady::SteadyCtv;
+use super::vdq_steady::{L4sCut, SteadyCtv};
 use super::vdq_vq::VirtualQueue;
 use super::{DropCause, Dropped, Qdisc};
 use crate::config;
@@ -116,8 +118,9 @@ pub struct VdqCsaqm {
     vals: [std::collections::VecDeque<u16>; 2],
     qmax_bytes: [usize; 2],
     vq: [VirtualQueue; 2],
-    /// `ctv_rule = "steady"`: VQ_1's steady CTV (None: the paper's rule; VQ_0 always keeps it).
-    steady: Option<SteadyCtv>,
+    /// `ctv_rule = "steady"`: VQ_1's steady CTV and, with `steady_l4s_gain`, VQ_0's shallow
+    /// cut (None: the paper's rule).
+    steady: Option<(SteadyCtv, Option<L4sCut>)>,
     ctv: [u32; 2],
     tupdate: Nanos,
     next_update: Nanos,
@@ -165,8 +168,11 @@ impl VdqCsaqm {
                 vq(c.vq0_rate, qmax_bytes[L], c.target0_ms),
                 vq(c.vq1_rate, qmax_bytes[L] + qmax_bytes[C], c.target1_ms),
             ],
-            steady: (c.ctv_rule == "steady")
-                .then(|| SteadyCtv::new(ms(c.steady_window_ms), c.steady_alpha, c.steady_beta, c.steady_setpoint)),
+            steady: (c.ctv_rule == "steady").then(|| {
+                let window = ms(c.steady_window_ms);
+                let cut = c.steady_l4s_gain.map(|g| L4sCut::new(window, g));
+                (SteadyCtv::new(window, c.steady_alpha, c.steady_beta, c.steady_setpoint), cut)
+            }),
             ctv: [0, 0],
             tupdate: ms(c.tupdate_ms).max(1),
             next_update: 0,
@@ -262,7 +268,8 @@ impl VdqCsaqm {
             let vq = &self.vq[j];
             let rule = match &mut self.steady {
                 // The paper's CTV stays as the ceiling: above l_1 it acts at once.
-                Some(s) if j == C => s.update(vq.len_bits(), vq.threshold_bits, now).max(vq.ctv()),
+                Some((s, _)) if j == C => s.update(vq.len_bits(), vq.threshold_bits, now).max(vq.ctv()),
+                Some((_, Some(cut))) => cut.update(vq.len_bits(), vq.threshold_bits, now),
                 _ => vq.ctv(),
             };
             self.ctv[j] = pinned_ctv().unwrap_or(rule);
@@ -294,8 +301,11 @@ impl VdqCsaqm {
         for j in Self::vqs_of(i) {
             self.vq[j].push(v, len as u64 * 8);
         }
-        if let Some(s) = &mut self.steady {
+        if let Some((s, cut)) = &mut self.steady {
             s.on_arrival(v, len as u64 * 8, now); // every packet enters VQ_1
+            if let (L, Some(cut)) = (i, cut) {
+                cut.on_arrival(v, len as u64 * 8, now);
+            }
         }
         self.q[i].push(pkt, now);
         self.vals[i].push_back(v);
@@ -331,6 +341,7 @@ impl VdqCsaqm {
             ("ctv_updates", Scalar::U(self.updates)),
             ("ctv_rule", Scalar::S(self.rule_name())),
             ("steady_p", Scalar::F(self.steady_p())),
+            ("steady_l4s_p", Scalar::F(self.steady.as_ref().and_then(|s| s.1.as_ref()).map_or(0.0, L4sCut::p))),
             ("l4s_marks", Scalar::U(k[L].aqm_marks)),
             ("l4s_drops", Scalar::U(k[L].aqm_drops)),
             ("classic_marks", Scalar::U(k[C].aqm_marks)),
@@ -485,9 +496,9 @@ impl Qdisc for VdqCsaqm {
 }
 
 impl VdqCsaqm {
-    /// The steady rule's fraction p (0 under the paper's rule).
+    /// The steady rule's fraction p on VQ_1 (0 under the paper's rule).
     fn steady_p(&self) -> f64 {
-        self.steady.as_ref().map_or(0.0, SteadyCtv::p)
+        self.steady.as_ref().map_or(0.0, |s| s.0.p())
     }
 
     fn rule_name(&self) -> &'static str {

@@ -250,14 +250,36 @@ fn the_steady_ctv_rule_realises_the_policy() {
         println!("reno at {rate}: Gold:Silver {ratio:.2}, hit {g:.3} / {s:.3}, CTV 0 at {idle:.2}, util {util:.3}");
         assert!((3.0..=5.0).contains(&ratio) && util > 0.95, "reno at {rate}: {ratio} {util}");
     }
-    // VQ_0 keeps the paper's rule: L4S senders alone never fill VQ_1 (VQ_0
-    // holds them to 0.9 C < 0.984 C), so the run is the paper's, packet for packet.
+    // Without `steady_l4s_gain`, VQ_0 keeps the paper's rule: L4S senders
+    // alone never fill VQ_1 (VQ_0 holds them to 0.9 C < 0.984 C), so the run
+    // is the paper's, packet for packet.
     let paper = gold_silver_with(dctcp, 1, 60.0, None, "");
     let ours = gold_silver_with(dctcp, 1, 60.0, None, steady);
     assert_eq!(format!("{paper:?}"), format!("{ours:?}"));
+    // With it, VQ_0's shallow cut (g = 0.1 of the paper's depth;
+    // vdq_steady.rs "The L4S cut").  One Gold + one Silver Prague-like flow
+    // at 50 Mbit/s (the testbed's pair: Prague's 0.04 packet per round at 5
+    // ms), measured 28 Nov: 2.99:1 at 88 % of C, the paper's rule 1.67:1 at
+    // 81 % (the testbed: 2.85 and 1.75).  VQ_0 runs at 0.9 C, so the pair is
+    // entitled 35:10 = 3.5:1; the bound asks for most of the way from the
+    // paper's rule to that.  DCTCP-like at 200 Mbit/s: 3.49 (paper's 1.73).
+    let cut = r#", "ctv_rule": "steady", "steady_l4s_gain": 0.1"#;
+    let prague = Sender::prague as fn(u16) -> Sender;
+    let (paper, _, _, _, paper_util) = gold_silver_with(prague, 1, 50.0, None, "");
+    let (ours, g, s, _, util) = gold_silver_with(prague, 1, 50.0, None, cut);
+    println!("prague pair at 50: Gold:Silver {ours:.2} (paper's rule {paper:.2}), hit {g:.3} / {s:.3}, util {util:.3} ({paper_util:.3})");
+    assert!(paper < 2.0 && ours > 2.6 && util > paper_util, "{paper} {ours} {util} {paper_util}");
+    let (ours, ..) = gold_silver_with(dctcp, 1, 200.0, None, cut);
+    println!("dctcp pair at 200: Gold:Silver {ours:.2}");
+    assert!((3.0..=5.0).contains(&ours), "{ours}");
+    // One Prague-like flow alone keeps VQ_0's 0.9 C (measured 0.88; the paper's rule 0.83).
+    let alone = run(&vdq(cut), 50.0, &[Sender::prague(1)], 20 * S, 5 * S);
+    println!("prague alone: {:.3} of C", alone.total_mbit() / 50.0);
+    assert!(alone.total_mbit() / 50.0 > 0.85, "{}", alone.total_mbit());
     // The L4S queue keeps its delay beside a steady-CTV Classic flow: 8
     // DCTCP-like flows and a Reno-like one at 50 Mbit/s (measured: mean
-    // 0.37, max 1.68 ms; the paper's rule 0.43 / 1.48).
+    // 0.37, max 1.68 ms; with the L4S cut 0.23 / 1.44; the paper's rule
+    // 0.43 / 1.48).
     let senders: Vec<Sender> = (1..=8).map(Sender::dctcp).chain([Sender::reno(20)]).collect();
     let r = run(&vdq(steady), 50.0, &senders, 20 * S, 5 * S);
     let max_ms = r.l4s.sojourn_max as f64 / 1e6;
@@ -287,7 +309,8 @@ fn the_steady_ctv_rule_keeps_the_classic_queue_where_l4s_shares() {
     assert!(co < 10.0 && uo >= 0.95, "{co} {uo}");
     // Gold and Silver pairs of both classes at 200 Mbit/s (DCTCP-like L4S,
     // whose windows are large enough to resolve 4:1): measured Classic 3.88,
-    // L4S 3.39, Classic queue 3.3 ms; the paper's rule 2.20, 2.12, 16.0 ms.
+    // L4S 3.39, Classic queue 3.3 ms (with the L4S cut 3.86, 3.38, 4.3 ms);
+    // the paper's rule 2.20, 2.12, 16.0 ms.
     let senders = [Sender::reno(1), Sender::reno(101), Sender::dctcp(2), Sender::dctcp(102)];
     let silver = r#", "policies": [{"policy": "silver", "sport": 101}, {"policy": "silver", "sport": 102}]"#;
     let paper = run(&vdq(silver), 200.0, &senders, 30 * S, 5 * S);
