@@ -82,7 +82,8 @@ pub struct VdqCsaqm {
     /// above l the paper's CTV acts at once as well).
     pub steady_setpoint: f64,
     /// steady: g, VQ_0's shallow cut, the share of the paper's CTV_0 depth cut from the values
-    /// that arrived at VQ_0 (0 < g <= 1; 0.1 measured); null: CTV_0 is the paper's.
+    /// that arrived at VQ_0 (0 < g <= 1; 0.1 measured); with it the PI on VQ_1 also holds the
+    /// Classic FIFO's sojourn at `steady_setpoint` D_1; null: CTV_0 is the paper's.
     pub steady_l4s_gain: Option<f64>,
 }
 

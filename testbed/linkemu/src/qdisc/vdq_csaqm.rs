@@ -50,7 +50,8 @@
 //! paper's rule unless `steady_l4s_gain` g is set: then CTV_0 keeps the
 //! paper's condition (vqlen_0 > l_0) but cuts only g of the paper's depth,
 //! from the values that arrived lately (a scalable sender needs a shallow,
-//! well-placed mark rate; a PI there wound up on Prague's bursts).
+//! well-placed mark rate; a PI there wound up on Prague's bursts), and the
+//! PI on VQ_1 also holds the Classic FIFO's sojourn at `steady_setpoint` D_1.
 //!
 //! **Deviations** (all documented in README.md): the marker's rate is an
 //! exponentially decaying average (the paper: "a short timescale"); the TVF
@@ -123,6 +124,8 @@ pub struct VdqCsaqm {
     steady: Option<(SteadyCtv, Option<L4sCut>)>,
     ctv: [u32; 2],
     tupdate: Nanos,
+    /// With the L4S cut: D_1, against which the PI also reads the Classic FIFO's head sojourn.
+    classic_delay_d1: Option<Nanos>,
     next_update: Nanos,
     l_dscp: Option<Box<[bool; 64]>>,
     classic_ecn: bool,
@@ -175,6 +178,7 @@ impl VdqCsaqm {
             }),
             ctv: [0, 0],
             tupdate: ms(c.tupdate_ms).max(1),
+            classic_delay_d1: (c.ctv_rule == "steady" && c.steady_l4s_gain.is_some()).then(|| ms(c.target1_ms).max(1)),
             next_update: 0,
             l_dscp,
             classic_ecn: c.classic_ecn,
@@ -264,11 +268,19 @@ impl VdqCsaqm {
     /// Recompute both CTVs (the periodic update).
     pub fn update_ctvs(&mut self, now: Nanos) {
         self.serve_idle(now);
+        // With the L4S cut, the Classic sojourn counts as a VQ_1 length of d_C / D_1 l_1: steady
+        // L4S flows leave the Classic FIFO no gaps to drain into (vdq_steady.rs "The L4S cut").
+        let classic_as_vq = self.classic_delay_d1.map_or(0, |d1| {
+            let d = self.q[C].head_enqueued().map_or(0, |t| now.saturating_sub(t));
+            (d as f64 / d1 as f64 * self.vq[C].threshold_bits as f64) as u64
+        });
         for j in 0..2 {
             let vq = &self.vq[j];
             let rule = match &mut self.steady {
                 // The paper's CTV stays as the ceiling: above l_1 it acts at once.
-                Some((s, _)) if j == C => s.update(vq.len_bits(), vq.threshold_bits, now).max(vq.ctv()),
+                Some((s, _)) if j == C => {
+                    s.update(vq.len_bits().max(classic_as_vq), vq.threshold_bits, now).max(vq.ctv())
+                }
                 Some((_, Some(cut))) => cut.update(vq.len_bits(), vq.threshold_bits, now),
                 _ => vq.ctv(),
             };

@@ -41,10 +41,16 @@
 //! mean L4S sojourn (0.04).  g = 0.05 gave 3.18:1 but, with DCTCP-like
 //! senders, 1.65:1 and a 2.2 ms L4S max; 0.2 gave 2.66:1.  In the testbed
 //! (paper 004's set, 3 seeds, docs/l4s.md) it realises the L4S pair's
-//! policy far better (2.85:1 against 1.75:1) but lets the Classic queue
-//! rise above DualPI2's in the phases with four Prague flows and one
-//! Classic (15.6 and 16.2 ms against 14.8 and 15.0): an option, not part of
-//! the rule by default.
+//! policy far better (2.85:1 against 1.75:1), but alone it let the Classic
+//! queue rise above DualPI2's where four Prague flows share with one
+//! Classic (15.6 and 16.2 ms against 14.8 and 15.0): the paper's deep
+//! CTV_0 cuts had left gaps the Classic FIFO drained into, and steady L4S
+//! flows leave none under strict priority.  So with the cut the PI on VQ_1
+//! also reads the Classic FIFO's head sojourn d_C, as a VQ_1 length of
+//! (d_C / D_1) l_1: e is the larger of the two, and the Classic queue is
+//! held at `steady_setpoint` D_1 too (`vdq_csaqm.rs`; then 8.8 and 6.2 ms
+//! there, the pair still 2.89:1).  An option: unset, VQ_0 and the PI are
+//! as above.
 //!
 //! **How** (VQ_1).  Every T_update,ctv:
 //! 1. the normalised excess of the VQ over its setpoint,

@@ -93,3 +93,30 @@ fn vq_and_queue_limits_refuse_arrivals_and_vqs_drain_at_their_rates() {
     let ok = (0..200).filter(|_| q.enqueue_valued(pkt(Ecn::NotEct), 1, 100 * NS_PER_MS).is_ok()).count();
     assert_eq!((ok, q.counters[1].vq_drops), (146, 54));
 }
+
+#[test]
+fn with_the_l4s_cut_the_steady_pi_also_holds_the_classic_sojourn() {
+    // 20 Classic packets (30 kB, far below l_1 = 246 kB at 100 Mbit/s) that
+    // have waited 15 ms: VQ_1 alone reads as short (e < 0), the Classic
+    // sojourn as 15 / 20 of l_1, above the setpoint's 10 ms.  Only with
+    // `steady_l4s_gain` set does the PI's p rise.
+    let pkt = Packet::from_frame(&build::ipv4_udp_ports([2; 6], [4; 6], LEN, Ecn::NotEct, 1, 9), 0);
+    let p_after = |gain: Option<f64>| {
+        let c = crate::config::VdqCsaqm {
+            rate_mbit: Some(100.0),
+            ctv_rule: "steady".into(),
+            steady_l4s_gain: gain,
+            ..Default::default()
+        };
+        let mut q = VdqCsaqm::from_config(&c, 1);
+        for _ in 0..20 {
+            q.enqueue_valued(pkt.clone(), 30_000, 0).unwrap();
+        }
+        for t in 1..=5 {
+            q.update_ctvs((10 + t) * NS_PER_MS);
+        }
+        q.steady_p()
+    };
+    assert_eq!(p_after(None), 0.0, "VQ_1 below its setpoint: nothing to do");
+    assert!(p_after(Some(0.1)) > 0.0, "the Classic sojourn above s D_1 raises p");
+}
