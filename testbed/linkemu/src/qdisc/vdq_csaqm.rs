@@ -124,8 +124,8 @@ pub struct VdqCsaqm {
     steady: Option<(SteadyCtv, Option<L4sCut>)>,
     ctv: [u32; 2],
     tupdate: Nanos,
-    /// With the L4S cut: D_1, against which the PI also reads the Classic FIFO's head sojourn.
-    classic_delay_d1: Option<Nanos>,
+    /// D_1, against which the PI reads the Classic FIFO's head sojourn when the L4S cut is on.
+    d1: Nanos,
     next_update: Nanos,
     l_dscp: Option<Box<[bool; 64]>>,
     classic_ecn: bool,
@@ -178,7 +178,7 @@ impl VdqCsaqm {
             }),
             ctv: [0, 0],
             tupdate: ms(c.tupdate_ms).max(1),
-            classic_delay_d1: (c.ctv_rule == "steady" && c.steady_l4s_gain.is_some()).then(|| ms(c.target1_ms).max(1)),
+            d1: ms(c.target1_ms).max(1),
             next_update: 0,
             l_dscp,
             classic_ecn: c.classic_ecn,
@@ -270,10 +270,13 @@ impl VdqCsaqm {
         self.serve_idle(now);
         // With the L4S cut, the Classic sojourn counts as a VQ_1 length of d_C / D_1 l_1: steady
         // L4S flows leave the Classic FIFO no gaps to drain into (vdq_steady.rs "The L4S cut").
-        let classic_as_vq = self.classic_delay_d1.map_or(0, |d1| {
-            let d = self.q[C].head_enqueued().map_or(0, |t| now.saturating_sub(t));
-            (d as f64 / d1 as f64 * self.vq[C].threshold_bits as f64) as u64
-        });
+        let classic_as_vq = match self.steady {
+            Some((_, Some(_))) => {
+                let d = self.q[C].head_enqueued().map_or(0, |t| now.saturating_sub(t));
+                (d as f64 / self.d1 as f64 * self.vq[C].threshold_bits as f64) as u64
+            }
+            _ => 0,
+        };
         for j in 0..2 {
             let vq = &self.vq[j];
             let rule = match &mut self.steady {
