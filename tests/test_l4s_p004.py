@@ -231,18 +231,21 @@ def test_steady_twins_differ_from_their_vdq_files_only_in_the_ctv_rule() -> None
         gen.qdisc_toml(queue="dualpi2", steady=True)
 
 
-def test_steady_l4s_gain_option_writes_the_cut_into_the_twins_only_for_that_call(
+def test_steady_l4s_gain_option_rewrites_the_cut_in_the_twins_only_for_that_call(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(gen, "OUT_DIR", tmp_path)
     name = "l4s-goldsilver-cubic-prague-steady-vdq"
-    assert gen.main([name, "--steady-l4s-gain", "0.1"]) == 0
-    q = tomllib.loads((tmp_path / f"{name}.toml").read_text())["link"]["uplink"]["qdisc"]
-    assert q == _uplink((SCENARIOS / f"{name}.toml").read_text()) | {"steady_l4s_gain": 0.1}
-    assert [p.name for p in tmp_path.iterdir()] == [f"{name}.toml"]
-    assert "steady_l4s_gain" not in gen.STEADY_CTV, "the option leaked into the module's twins"
+    committed = _uplink((SCENARIOS / f"{name}.toml").read_text())
+    assert committed["steady_l4s_gain"] == gen.STEADY_L4S_GAIN  # the twins ship with the cut
+    for arg, want in (("0.07", committed | {"steady_l4s_gain": 0.07}),
+                      ("0", {k: v for k, v in committed.items() if k != "steady_l4s_gain"})):
+        assert gen.main([name, "--steady-l4s-gain", arg]) == 0
+        assert tomllib.loads((tmp_path / f"{name}.toml").read_text())["link"]["uplink"]["qdisc"] == want, arg
+        assert [p.name for p in tmp_path.iterdir()] == [f"{name}.toml"]
+        assert gen.STEADY_CTV["steady_l4s_gain"] == gen.STEADY_L4S_GAIN, "the option leaked into the module's twins"
     with pytest.raises(SystemExit):
-        gen.main(["--steady-l4s-gain", "0"])
-    assert "must be > 0 and <= 1, got 0" in capsys.readouterr().err
+        gen.main(["--steady-l4s-gain", "1.5"])
+    assert "must be >= 0 and <= 1 (0: without the cut), got 1.5" in capsys.readouterr().err
 
 
 def test_p004_steady_variant_reads_dualpi2_without_the_suffix(tmp_path: Path) -> None:

@@ -56,8 +56,10 @@ base RTT, so that each flow's window matches paper 004's at 1 Gbit/s (SCALED_ONE
 
 **Steady CTV** (``-steady-vdq``): every VDQ-CSAQM file but the ``-daemon`` ones again with linkemu's
 ``ctv_rule = "steady"`` (STEADY_CTV; CTV_1 with memory, held at half of VQ_1's threshold under the paper's
-CTV, a deviation from the paper, linkemu's src/qdisc/vdq_steady.rs): ``l4s-dyn-cubic-vs-prague-steady-vdq``,
-``...-rtt40-steady-vdq``.
+CTV, and VQ_0's shallow cut ``steady_l4s_gain``, deviations from the paper, linkemu's
+src/qdisc/vdq_steady.rs): ``l4s-dyn-cubic-vs-prague-steady-vdq``, ``...-rtt40-steady-vdq``.
+
+    .venv/bin/python testbed/l4s/make_scenarios.py --steady-l4s-gain 0   # twins without the cut (not committed)
 """
 
 from __future__ import annotations
@@ -130,11 +132,14 @@ VDQ_CSAQM = {  # paper 004 section 3 defaults, all named (C = the link's rate, w
     "target0_ms": 1.0, "target1_ms": 20.0, "tupdate_ms": 10.0, "classifier": "dscp", "l_dscp": [PRAGUE_DSCP],
     "classic_ecn": True, "default_policy": "gold", "rate_window_ms": 100.0, "idle_timeout_ms": 3000.0,
 }
+STEADY_L4S_GAIN = 0.1
+"""VQ_0's shallow cut in the twins (linkemu ``steady_l4s_gain``; unset in linkemu by default): g of the paper's
+CTV_0 depth.  Chosen in virtual time, measured on paper 004's set at 5 and 40 ms, 3 seeds (docs/l4s.md "A
+shallow CTV_0 cut")."""
 STEADY_CTV: dict[str, object] = {"ctv_rule": "steady", "steady_window_ms": 100.0, "steady_alpha": 0.001,
-                                  "steady_beta": 0.01, "steady_setpoint": 0.5}
-"""The ``-steady-vdq`` twins' CTV rule, all named (linkemu's defaults for it, config/vdq.rs STEADY_DEFAULTS).
-``--steady-l4s-gain G`` adds VQ_0's shallow cut (``steady_l4s_gain``, an option measured but not shipped in the
-twins: docs/l4s.md "A shallow CTV_0 cut")."""
+                                  "steady_beta": 0.01, "steady_setpoint": 0.5, "steady_l4s_gain": STEADY_L4S_GAIN}
+"""The ``-steady-vdq`` twins' CTV rule, all named (linkemu's defaults for it, config/vdq.rs STEADY_DEFAULTS,
+and the cut).  ``--steady-l4s-gain G`` writes them with another gain, 0 without the cut."""
 STEADY_SUFFIX = "-steady"
 CLIENT_SUBNET, CLIENT_HOST0 = "10.99.0", 10
 """testbed/runs/topology.py: client i (1-based) is SUBNET.(10 + i) (vdq_csaqm policy rules match on it)."""
@@ -363,14 +368,17 @@ def main(argv: list[str]) -> int:
     ap.add_argument("names", nargs="*", help="only these scenario names (default: all)")
     ap.add_argument("--queue", choices=QUEUES, action="append", help="only this router queue's files (repeatable)")
     ap.add_argument("--steady-l4s-gain", type=float, metavar="G",
-                    help="write the -steady-vdq twins with VQ_0's shallow cut of gain G (0 < G <= 1; not the "
-                         "committed files: run without it to restore them)")
+                    help=f"write the -steady-vdq twins with VQ_0's shallow cut of gain G instead of "
+                         f"{STEADY_L4S_GAIN:g} (0 <= G <= 1, 0: without the cut; not the committed files: run "
+                         f"without it to restore them)")
     a = ap.parse_args(argv)
-    if a.steady_l4s_gain is not None and not 0.0 < a.steady_l4s_gain <= 1.0:
-        ap.error(f"--steady-l4s-gain: must be > 0 and <= 1, got {a.steady_l4s_gain:g}")
+    if a.steady_l4s_gain is not None and not 0.0 <= a.steady_l4s_gain <= 1.0:
+        ap.error(f"--steady-l4s-gain: must be >= 0 and <= 1 (0: without the cut), got {a.steady_l4s_gain:g}")
     saved = dict(STEADY_CTV)
     try:
-        if a.steady_l4s_gain is not None:
+        if a.steady_l4s_gain == 0.0:
+            del STEADY_CTV["steady_l4s_gain"]
+        elif a.steady_l4s_gain is not None:
             STEADY_CTV["steady_l4s_gain"] = a.steady_l4s_gain
         write_files(all_scenarios(tuple(a.queue) if a.queue else QUEUES), set(a.names))
     finally:  # the module's twins stay the committed ones for any caller after this
