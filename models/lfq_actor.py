@@ -170,6 +170,20 @@ def action_for(limit: float) -> float:
     return 2.0 * (lg - LOG2_MIN) / (LOG2_MAX - LOG2_MIN) - 1.0
 
 
+KAPPA = ALPHA * 0.015
+"""The delay-priced reward's price of a queue one BDP deep, in shares of b (``delay_reward``): ALPHA x the
+draws' mean RTT (15 ms), so that at that RTT it prices a packet as paper 001's reward does."""
+
+
+def delay_reward(throughput_mbit: float, bandwidth_mbit: float, mean_queue_pkts: float, bdp_pkts: float,
+                 kappa: float = KAPPA) -> float:
+    """A deviation from paper 001 (docs/network/lfq.md "A delay-priced reward"): the flow's utilisation of
+    its share b (clipped at 1) minus *kappa* x its mean queue in BDPs, i.e. the queueing delay over the base
+    RTT.  It needs b and the RTT, which the trainer knows from each experiment's draw; the actor at run time
+    needs neither (its inputs stay the 60 features)."""
+    return min(throughput_mbit / bandwidth_mbit, 1.0) - kappa * mean_queue_pkts / bdp_pkts
+
+
 def reward(throughput_bps: float, mean_queue_pkts: float, alpha: float = ALPHA) -> float:
     """Paper 001's reward over the rest of a flow: (throughput [B/s] - alpha * queue * MTU) / 1e6.
 

@@ -1,7 +1,7 @@
 """What the measured reward supports for LFQ's limit: paper 001's learned-limit targets against the data.
 
     python -m ccswitch.models.lfq_ceiling --data results/lfq/train.jsonl --data results/lfq/train-r2.jsonl \\
-        [--alpha 10 --alpha 3 --alpha 1] [--actor models/lfq_actor.json] [--md F.md] [--plot F.png]
+        [--alpha 10 --alpha 3 --alpha 1] [--kappa 0.1] [--actor models/lfq_actor.json] [--md F.md] [--plot F.png]
 
 Issue 13 asks the learned limit to grow with the BDP for Reno (correlation >= 0.9) and
 to be twice as large for Reno as for CUBIC, as paper 001 reports.  The shipped actor
@@ -29,7 +29,8 @@ bytes/s, while the throughput a larger buffer buys shrinks once the limit nears 
 BDP.  ``--alpha`` recomputes the reward from the logged throughput and mean queue for
 other prices (the paper: "with ALPHA going to zero, the optimum policy approaches the
 one in which the buffer size is large enough that a flow never underutilizes the link").
-TensorFlow (the ``train`` extra); ~1 min per ALPHA on one core.
+TensorFlow (the ``train`` extra); ~1 min per ALPHA on one core.  ``--kappa K`` adds the optimum under
+lfq_actor.delay_reward (a deviation: the queue priced in BDPs, i.e. as queueing delay over the RTT).
 
 Samples collected with BIC (``lfq_train collect --sender bic``, or another profile of
 testbed/runs/tcp_senders.py) are analysed the same way: inside this module the loss-based
@@ -50,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from .lfq_actor import action_for, limit_for, reward
+from .lfq_actor import action_for, delay_reward, limit_for, reward
 
 CRITICS = 5          # ensemble size (each on a bootstrap of the samples)
 HIDDEN = (64, 64)    # hidden layers (leaky ReLU), as lfq_train's critics
@@ -74,6 +75,12 @@ def reward_at(row: dict[str, Any], alpha: float) -> float:
 def normalised(rows: Sequence[dict[str, Any]], alpha: float) -> np.ndarray:
     """reward / b (b in the reward's units, 1e6 B/s): utilisation minus the queue's price."""
     return np.array([reward_at(r, alpha) / (r["draw"]["bandwidth_mbit"] / 8) for r in rows])
+
+
+def delay_normalised(rows: Sequence[dict[str, Any]], kappa: float) -> np.ndarray:
+    """lfq_actor.delay_reward of each logged experiment (already in shares of b)."""
+    return np.array([delay_reward(r["throughput_mbit"], r["draw"]["bandwidth_mbit"], r["mean_queue_pkts"],
+                                  r["bdp_pkts"], kappa) for r in rows])
 
 
 def privileged_inputs(rows: Sequence[dict[str, Any]]) -> np.ndarray:
@@ -189,7 +196,9 @@ def loss_based_slot(rows: list[dict[str, Any]]) -> str:
     return (ran.pop() if ran else "cubic").upper()
 
 
-def markdown(results: dict[float, dict[str, Any]], actor: dict[str, Any] | None, other: str = "CUBIC") -> str:
+def markdown(results: dict[float, dict[str, Any]], actor: dict[str, Any] | None, other: str = "CUBIC",
+             delay: dict[float, dict[str, Any]] | None = None,
+             actor_label: str = "the shipped actor (60 features)") -> str:
     lines = ["| limits on the logged late states | Reno: corr. with BDP (target >= 0.9) | bandwidth | RTT "
              f"| {other}: corr. with BDP | mean limit Reno : {other} (target >= 2) "
              f"| limit / BDP, median (Reno, {other}) |",
@@ -203,8 +212,10 @@ def markdown(results: dict[float, dict[str, Any]], actor: dict[str, Any] | None,
 
     for alpha, res in results.items():
         lines.append(row(f"full information, ALPHA = {alpha:g} /s", res["privileged"]))
+    for kappa, stats in (delay or {}).items():
+        lines.append(row(f"full information, delay reward KAPPA = {kappa:g}", stats))
     if actor is not None:
-        lines.append(row("the shipped actor (60 features)", actor))
+        lines.append(row(actor_label, actor))
     lines += ["", "Best limit octave per cell (mean reward / b; no model):", "",
               "| ALPHA | CCA | BDP < 8 | BDP 8-20 | BDP >= 20 |", "|---|---|---|---|---|"]
     for alpha, res in results.items():
@@ -217,7 +228,7 @@ def markdown(results: dict[float, dict[str, Any]], actor: dict[str, Any] | None,
 
 
 def plot(path: Path, rows: Sequence[dict[str, Any]], results: dict[float, dict[str, Any]],
-         actor_limits: np.ndarray | None, other: str = "CUBIC") -> None:
+         actor_limits: np.ndarray | None, other: str = "CUBIC", actor_name: str = "shipped actor") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -251,7 +262,7 @@ def plot(path: Path, rows: Sequence[dict[str, Any]], results: dict[float, dict[s
                       label=f"{name}: full information's optimum")
         if actor_limits is not None:
             ax[1].scatter(bdp[m], actor_limits[m], s=9, marker="x", color=styles[c], alpha=0.35,
-                          label=f"{name}: shipped actor")
+                          label=f"{name}: {actor_name}")
     x = np.linspace(0, 55, 10)
     ax[1].plot(x, x, "k--", lw=0.8, label="1 BDP (Reno's need)")
     k = FULL_LINK_BDP[other.lower()]
@@ -286,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--md", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--kappa", type=float, action="append", default=[],
+                    help="also the full-information optimum under lfq_actor.delay_reward at this price (a deviation)")
     a = ap.parse_args(argv)
     missing = [str(p) for p in a.data if not p.is_file()]
     if missing:
@@ -297,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     except MixedSamplesError as e:
         ap.error(str(e))
     results = analyse(rows, a.alpha or [10.0], seed=a.seed)
-    actor_stats, actor_limits = None, None
+    delay = {k: limit_stats(rows, privileged_optimum(rows, delay_normalised(rows, k), seed=a.seed)) for k in a.kappa}
+    actor_stats, actor_limits, actor_label = None, None, "the shipped actor (60 features)"
     if a.actor is not None:
         from .lfq_actor import derived, load_actor
 
@@ -307,14 +321,17 @@ def main(argv: list[str] | None = None) -> int:
             obs = np.concatenate([obs, derived(obs)], axis=1)
         actor_limits = np.array([limit_for(float(v)) for v in act.act_batch(obs)])
         actor_stats = limit_stats(rows, actor_limits)
-    text = markdown(results, actor_stats, other)
+        if a.actor.name != "lfq_actor.json":
+            actor_label = f"the actor {a.actor} ({90 if act.with_derived else 60} features)"
+    text = markdown(results, actor_stats, other, delay, actor_label)
     print(text)
     if a.md is not None:
         a.md.parent.mkdir(parents=True, exist_ok=True)
         a.md.write_text(f"# LFQ: what the logged experiments support ({len(rows)} samples)\n\n"
                         "Generated by `python -m ccswitch.models.lfq_ceiling` (docs/network/lfq.md).\n\n" + text)
     if a.plot is not None:
-        plot(a.plot, rows, results, actor_limits, other)
+        plot(a.plot, rows, results, actor_limits, other,
+             "shipped actor" if a.actor is None or a.actor.name == "lfq_actor.json" else f"actor {a.actor.stem}")
     return 0
 
 

@@ -3,7 +3,8 @@
     python -m ccswitch.models.lfq_train collect --episodes 200 [--data results/lfq/train.jsonl]
         [--actor models/lfq_actor.json --pre actor --explore around] [--seed 1] [--sender linux]
     python -m ccswitch.models.lfq_train train [--data results/lfq/train.jsonl [--data round2.jsonl]]
-        [--derived] [--out models/lfq_actor.json] [--plot docs/network/lfq-training.png] [--seed 1]
+        [--derived] [--reward paper|delay] [--out models/lfq_actor.json] [--plot docs/network/lfq-training.png]
+        [--seed 1]
 
 **Paper 001's online learning** (section VI): an actor network outputs each
 flow's buffer limit; during every flow, at a random time t_e in [0, T/2], the
@@ -33,6 +34,9 @@ real time, ~8 s per episode of 3 flows, so ~10^3 flows in an hour, not 10^5):
    it avoids limits where the few samples disagree (a standard guard of
    offline actor-critic against the actor exploiting the critic's errors).
 
+``--reward delay`` trains on lfq_actor.delay_reward instead of paper 001's reward (a deviation, not the
+shipped actor's: docs/network/lfq.md "A delay-priced reward").
+
 Every hyperparameter is in :data:`HP`.  The actor file
 (:mod:`ccswitch.models.lfq_actor`) records them, the sample count and the fit.
 """
@@ -48,7 +52,17 @@ from typing import Any
 
 import numpy as np
 
-from .lfq_actor import DERIVED_FEATURES, OBS_FEATURES, action_for, derived, limit_for, load_actor, save_actor
+from .lfq_actor import (
+    DERIVED_FEATURES,
+    KAPPA,
+    OBS_FEATURES,
+    action_for,
+    delay_reward,
+    derived,
+    limit_for,
+    load_actor,
+    save_actor,
+)
 from .lfq_ceiling import FULL_LINK_BDP, LATE_S, MixedSamplesError, limit_stats, loss_based_slot, samples_sender
 
 REPO = Path(__file__).resolve().parent.parent
@@ -147,8 +161,20 @@ def _fit_critic(tf: Any, q: Any, x: np.ndarray, y: np.ndarray, xv: np.ndarray, y
     return tr_curve, va_curve
 
 
-def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, with_derived: bool = False
-          ) -> dict[str, Any]:
+REWARDS = ("paper", "delay")
+"""``paper``: paper 001's reward as logged (lfq_actor.reward); ``delay``: lfq_actor.delay_reward (a deviation)."""
+
+
+def sample_reward(row: dict[str, Any], kind: str) -> float:
+    """The reward a logged experiment is trained on (REWARDS)."""
+    if kind == "paper":
+        return float(row["reward"])
+    return delay_reward(row["throughput_mbit"], row["draw"]["bandwidth_mbit"], row["mean_queue_pkts"],
+                        row["bdp_pkts"])
+
+
+def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, with_derived: bool = False,
+          reward_kind: str = "paper") -> dict[str, Any]:
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -163,12 +189,12 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
         obs = np.concatenate([obs, derived(obs)], axis=1)
     n_in = obs.shape[1]
     act = np.array([[action_for(r["limit_exp"])] for r in rows], dtype=np.float32)
-    rew = np.array([[r["reward"]] for r in rows], dtype=np.float32)
+    rew = np.array([[sample_reward(r, reward_kind)] for r in rows], dtype=np.float32)
     rng = np.random.default_rng(seed)
     idx = rng.permutation(len(rows))
     n_val = int(len(rows) * HP["val_frac"])
     val, tr = idx[:n_val], idx[n_val:]
-    # Rewards are ~0..3 (bytes/s / 1e6): centred for the critics' output layer.
+    # Rewards are ~0..3 (paper: bytes/s / 1e6) or ~-1..1 (delay): centred for the critics' output layer.
     r_mean = float(rew[tr].mean())
     x = np.concatenate([obs, act], axis=1)
 
@@ -218,6 +244,7 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
                 "inputs": len(OBS_FEATURES) + (len(DERIVED_FEATURES) if with_derived else 0),
                 "rounds": sorted({f"{r.get('pre', 'random')}/{r.get('explore', 'uniform')}" for r in rows}),
                 "algorithm": "offline actor-critic (module docstring)",
+                "reward": reward_kind if reward_kind == "paper" else f"{reward_kind} (kappa {KAPPA:g})",
                 "fit_on_training_states": fit,
                 "critic_val_mse_last": [c[-1] if c else None for c in curves["critic_val"]],
                 "reward_var_val": float(rew[val].var()) if n_val else None}
@@ -294,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--out", type=Path, default=DEFAULT_OUT)
     t.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
     t.add_argument("--seed", type=int, default=1)
+    t.add_argument("--reward", choices=REWARDS, default="paper",
+                   help="paper: paper 001's reward as logged; delay: utilisation minus KAPPA x the queue in BDPs "
+                        "(a deviation, docs/network/lfq.md)")
     a = ap.parse_args(argv)
     if a.cmd == "collect":
         from ccswitch.testbed.runs.netns_lifecycle import sigterm_as_exit
@@ -308,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                     sender=a.sender)
     else:
         try:
-            train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived)
+            train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived, reward_kind=a.reward)
         except MixedSamplesError as e:
             ap.error(str(e))
     return 0

@@ -42,6 +42,23 @@ def test_reward_at_is_the_actors_reward_at_the_shipped_price() -> None:
     assert reward_at(row, 0.0) == pytest.approx(1.5)
 
 
+def test_the_delay_reward_prices_the_queue_in_bdps_and_training_can_use_it() -> None:
+    from ccswitch.models.lfq_actor import KAPPA, delay_reward
+    from ccswitch.models.lfq_ceiling import delay_normalised
+    from ccswitch.models.lfq_train import sample_reward
+
+    # 9 of 10 Mbit/s with a queue of half a BDP: 0.9 - KAPPA / 2; above b the utilisation is clipped at 1
+    assert delay_reward(9.0, 10.0, 10.0, 20.0) == pytest.approx(0.9 - KAPPA / 2)
+    assert delay_reward(11.0, 10.0, 0.0, 20.0) == 1.0
+    # the same queue costs twice as much at half the BDP (a shorter RTT): the paper's reward cannot tell
+    assert delay_reward(9.0, 10.0, 10.0, 10.0) < delay_reward(9.0, 10.0, 10.0, 20.0)
+    row = {"draw": {"bandwidth_mbit": 10.0}, "throughput_mbit": 9.0, "mean_queue_pkts": 10.0, "bdp_pkts": 20.0,
+           "reward": 1.234}
+    assert sample_reward(row, "paper") == 1.234
+    assert sample_reward(row, "delay") == pytest.approx(0.9 - KAPPA / 2)
+    assert delay_normalised([row], KAPPA)[0] == pytest.approx(0.9 - KAPPA / 2)
+
+
 def test_finds_the_textbook_ratio_and_the_bdp_dependence() -> None:
     res = analyse(_rows(1.0, 0.43), [ALPHA], critics=2, epochs=60)[ALPHA]
     s = res["privileged"]
