@@ -177,7 +177,7 @@ draws' mean RTT (15 ms), so that at that RTT it prices a packet as paper 001's r
 
 def delay_reward(throughput_mbit: float, bandwidth_mbit: float, mean_queue_pkts: float, bdp_pkts: float,
                  kappa: float = KAPPA) -> float:
-    """A deviation from paper 001 (docs/network/lfq.md "A delay-priced reward"): the flow's utilisation of
+    """A deviation from paper 001 (docs/network/lfq.md "More data"): the flow's utilisation of
     its share b (clipped at 1) minus *kappa* x its mean queue in BDPs, i.e. the queueing delay over the base
     RTT.  It needs b and the RTT, which the trainer knows from each experiment's draw; the actor at run time
     needs neither (its inputs stay the 60 features)."""

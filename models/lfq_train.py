@@ -35,7 +35,7 @@ real time, ~8 s per episode of 3 flows, so ~10^3 flows in an hour, not 10^5):
    offline actor-critic against the actor exploiting the critic's errors).
 
 ``--reward delay`` trains on lfq_actor.delay_reward instead of paper 001's reward (a deviation, not the
-shipped actor's: docs/network/lfq.md "A delay-priced reward").
+shipped actor's: docs/network/lfq.md "More data").
 
 Every hyperparameter is in :data:`HP`.  The actor file
 (:mod:`ccswitch.models.lfq_actor`) records them, the sample count and the fit.
@@ -57,13 +57,20 @@ from .lfq_actor import (
     KAPPA,
     OBS_FEATURES,
     action_for,
-    delay_reward,
     derived,
     limit_for,
     load_actor,
     save_actor,
 )
-from .lfq_ceiling import FULL_LINK_BDP, LATE_S, MixedSamplesError, limit_stats, loss_based_slot, samples_sender
+from .lfq_ceiling import (
+    FULL_LINK_BDP,
+    LATE_S,
+    MixedSamplesError,
+    delay_reward_at,
+    limit_stats,
+    loss_based_slot,
+    samples_sender,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = Path("results/lfq/train.jsonl")
@@ -167,10 +174,7 @@ REWARDS = ("paper", "delay")
 
 def sample_reward(row: dict[str, Any], kind: str) -> float:
     """The reward a logged experiment is trained on (REWARDS)."""
-    if kind == "paper":
-        return float(row["reward"])
-    return delay_reward(row["throughput_mbit"], row["draw"]["bandwidth_mbit"], row["mean_queue_pkts"],
-                        row["bdp_pkts"])
+    return float(row["reward"]) if kind == "paper" else delay_reward_at(row)
 
 
 def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, with_derived: bool = False,
