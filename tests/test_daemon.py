@@ -341,19 +341,32 @@ def test_heuristic_explores_a_lone_real_flow(bottleneck, server, tmp_path: Path)
     """The heuristic on one real CUBIC flow (nothing else on its path to learn from) tries bbr and
     pcc on the live socket ("explore: trying ..."), each for the dwell time, so the record shows the
     flow under all three.  (Fake-clock counterpart: tests/test_daemon_controller.py.)  Timing: a round is
-    2 x max(dwell, evaluation) = 2 s of decisions; 20 s allows a loaded machine 10x slower ticks."""
+    2 x max(dwell, evaluation) = 2 s of decisions; 20 s allows a loaded machine 10x slower ticks, and the
+    flow is started for longer than the waits (it used to last 9 s, shorter than the 20 s allowed) and
+    stopped as soon as the daemon has seen it carry data under all three."""
     d = Daemon(bottleneck.sender, tmp_path, HEURISTIC)
-    client = iperf(bottleneck, server, 9, "cubic")
+    client = iperf(bottleneck, server, 40, "cubic")
     try:
-        flow = wait_for(lambda: data_flows(d, server), 15, "the flow", d)[0]["flow_id"]
+        first = wait_for(lambda: data_flows(d, server), 15, "the flow", d)[0]
+        flow = first["flow_id"]
+        seen = {first["cca"]}
 
         def tried() -> set[str]:
             hist = d.ask("history", limit=0) or []
             return {h["to"] for h in hist if h["flow"] == flow and h["kind"] == "explore"
                     and h["reason"].startswith("explore: trying")}
 
-        wait_for(lambda: tried() >= {"bbr", "pcc"}, 20, "explore switches to bbr and pcc", d)
+        def carried_data_under_each() -> set[str]:  # polled: a candidate runs for ~1 s
+            seen.update(r["cca"] for r in d.ask("flows") or []
+                        if r["flow_id"] == flow and r["throughput_bps"] > 1e5)
+            return seen
+
+        wait_for(lambda: carried_data_under_each() and tried() >= {"bbr", "pcc"}, 20,
+                 "explore switches to bbr and pcc", d)
+        wait_for(lambda: carried_data_under_each() >= {"cubic", "bbr", "pcc"}, 10,
+                 "the flow carrying data under each", d)
     finally:
+        client.terminate()
         client.wait(30)
     assert d.stop() == 0, d.log()
     t = pq.read_table(d.record)

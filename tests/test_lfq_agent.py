@@ -43,6 +43,8 @@ from ccswitch.testbed.scenario.model_qdisc import Lfq
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "models" / "lfq_actor.json"
+PAPER_SENDER = REPO / "models" / "lfq_actor_paper_sender.json"
+"""The actor for paper 001's own sender (NewReno without SACK, BIC; 90 inputs): its reproduction's actor."""
 
 
 def _rate_actor(path: Path) -> None:
@@ -164,8 +166,9 @@ def test_scenario_selects_the_agent_and_checks_it(tmp_path: Path) -> None:
         parse_scenario(lone, "t.toml", base_dir=tmp_path)
 
 
-def test_shipped_actor_loads() -> None:
-    a = load_actor(SHIPPED)
+@pytest.mark.parametrize("path", [SHIPPED, PAPER_SENDER], ids=["shipped", "paper-sender"])
+def test_shipped_actor_loads(path: Path) -> None:
+    a = load_actor(path)
     assert a.interval_s == 0.01 and a.training.get("samples", 0) > 0
 
 
@@ -222,11 +225,12 @@ def test_agent_sets_limits_that_follow_the_flow(sock_dir: Path, iperf3: str) -> 
 
 
 @pytest.mark.kernel
-def test_shipped_actor_runs_the_loop(sock_dir: Path, iperf3: str) -> None:
-    _trace, final, loop = _flow_through_lfq(SHIPPED, sock_dir, 2.5)
+@pytest.mark.parametrize("path", [SHIPPED, PAPER_SENDER], ids=["shipped", "paper-sender"])
+def test_shipped_actor_runs_the_loop(path: Path, sock_dir: Path, iperf3: str) -> None:
+    _trace, final, loop = _flow_through_lfq(path, sock_dir, 2.5)
     assert loop.error is None and loop.steps > 80 and final["limit_sets"] >= 1, (loop.error, final["limit_sets"])
     data = max(final["flows"], key=lambda f: f["packets_in"])
-    want = load_actor(SHIPPED).limits([data["features"]])[0]
+    want = load_actor(path).limits([data["features"]])[0]
     # The limit in force is what the actor gives for the features of 10 ms ago; the slow averages
     # hardly move in 10 ms, so the two agree within a factor 1.5 (the log scale's ~10 % per packet
     # step near 16 packets, and the fast averages' change).

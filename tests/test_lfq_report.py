@@ -97,3 +97,18 @@ def test_report_senders_counts_the_baselines_within_15_percent(tmp_path: Path) -
     assert "| fq-100 | " in text and "1.00" in text  # fq-100's max queue, 100 of 100
     # within: fq-100's throughput (10 / 11.7 = 0.855) and max queue (1.00); nothing else
     assert "| within 15 % | 2 of 9 | 2 of 9 |" in text
+
+
+def test_the_report_names_the_actor_of_the_lfq_runs(tmp_path: Path) -> None:
+    """Runs of two actors in one folder are both named (they should not be read as one actor's), the shipped
+    one by its file under models/, an unknown one by its checksum alone."""
+    from ccswitch.testbed.reports.lfq_reproduction import report
+
+    shipped = json.loads((Path(__file__).parents[1] / "models" / "lfq_actor.json").read_text())["checksum"]
+    _write_seed(tmp_path, 4, lfq_tput=9.0, bw=10.0)
+    for i, checksum in ((0, shipped), (1, "sha256:" + "0" * 64)):
+        f = tmp_path / "lfq" / f"run-{i:04d}.json"
+        f.write_text(json.dumps(json.loads(f.read_text()) | {"actor_checksum": checksum}) + "\n")
+    s = report(tmp_path, tmp_path / "r.md")
+    assert s["actors"] == ["sha256:00000000…", f"{shipped[:15]}… (models/lfq_actor.json)"]  # by checksum
+    assert f"LFQ actor: sha256:00000000…, {shipped[:15]}… (models/lfq_actor.json)." in (tmp_path / "r.md").read_text()

@@ -6,7 +6,8 @@ under each queue); a draw missing in one arm is left out of all.  Pearson
 correlations of the learned limit (mean over the flow's second half) with the
 BDP (b x RTT, packets), with b and with the RTT, per CCA; the Reno:CUBIC ratio
 of the mean learned limit.  95 % intervals of the LFQ/FQ-CoDel ratios are
-bootstrap percentiles over the draws (2000 resamples, seed 0).
+bootstrap percentiles over the draws (2000 resamples, seed 0).  The page names the LFQ actor of the
+runs by checksum (and its file under models/ where one has it).
 """
 
 from __future__ import annotations
@@ -45,6 +46,20 @@ def sender(runs: dict[str, dict[Any, dict[str, Any]]]) -> str:
     return ", ".join(sorted(found)) or "linux"
 
 
+def actors(runs: dict[str, dict[Any, dict[str, Any]]]) -> list[str]:
+    """The LFQ actors of the runs, each as its checksum and, where an actor file under models/ has it, that
+    file (several: the runs were made with different actors and should not be read as one)."""
+    sums = sorted({str(r["actor_checksum"]) for r in runs.get("lfq", {}).values() if r.get("actor_checksum")})
+    known: dict[str, str] = {}
+    models = Path(__file__).resolve().parents[2] / "models"
+    for f in sorted(models.glob("lfq_actor*.json")):
+        try:
+            known[str(json.loads(f.read_text())["checksum"])] = f"models/{f.name}"
+        except (OSError, ValueError, KeyError):
+            continue
+    return [f"{c[:15]}… ({known[c]})" if c in known else f"{c[:15]}…" for c in sums]
+
+
 def load(results: Path) -> dict[str, dict[int, dict[str, Any]]]:
     out: dict[str, dict[int, dict[str, Any]]] = {}
     for arm in ARMS:
@@ -70,7 +85,8 @@ def summarise(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
     arms = [a for a in ARMS if a in runs]
     common = sorted(set.intersection(*(set(runs[a]) for a in arms))) if arms else []
     second = loss_based_cca(runs)
-    s: dict[str, Any] = {"n": len(common), "arms": {}, "ccas": ["reno", second], "sender": sender(runs)}
+    s: dict[str, Any] = {"n": len(common), "arms": {}, "ccas": ["reno", second], "sender": sender(runs),
+                      "actors": actors(runs)}
     for a in arms:
         rs = [runs[a][i] for i in common]
         s["arms"][a] = {k: float(np.nanmean([r[k] for r in rs])) if rs else math.nan
@@ -129,7 +145,8 @@ def markdown(s: dict[str, Any], png: str) -> str:
     second = s.get("ccas", ["reno", "cubic"])[1]
     lines = [f"Runs: **{s['n']} draws** with every arm (paired), one flow per run; sender "
              f"**{s.get('sender', 'linux')}** (the paper's BIC run as {second}; "
-             "testbed/runs/tcp_senders.py).", "",
+             "testbed/runs/tcp_senders.py)." + (f"  LFQ actor: {', '.join(s['actors'])}." if s.get("actors")
+                                                else ""), "",
              "| queue | throughput (Mbit/s) | paper | utilisation | max queue (pkts) | paper "
              "| avg queue (pkts) | paper |",
              "|---|---|---|---|---|---|---|---|"]
@@ -270,7 +287,8 @@ def seeds_markdown(per_seed: dict[str, dict[str, Any]], all_seeds: dict[str, Any
                       for r in within_paper(per_seed[lb]["arms"][a], a)) for lb in labels}
     lines += ["", "Sender: **" + ", ".join(sorted({s.get("sender", "linux") for s in per_seed.values()})) + "**.  "
               "fq-100, fq-1000 and FQ-CoDel numbers within 15 % of the paper's table (of 9): "
-              + ", ".join(f"{lb} {within[lb]}" for lb in labels) + "."]
+              + ", ".join(f"{lb} {within[lb]}" for lb in labels) + "."
+              + (f"  LFQ actor: {', '.join(all_seeds['actors'])}." if all_seeds.get("actors") else "")]
     rows = [("throughput", "LFQ / FQ-CoDel throughput", ">= 0.95"),
             ("avg_queue", "LFQ / FQ-CoDel average queue", "<= 0.5"),
             ("max_queue", "LFQ / FQ-CoDel max queue", "<= 1/6")]
