@@ -361,8 +361,11 @@ def test_heuristic_explores_a_lone_real_flow(bottleneck, server, tmp_path: Path)
                         if r["flow_id"] == flow and r["throughput_bps"] > 1e5)
             return seen
 
-        wait_for(lambda: carried_data_under_each() and tried() >= {"bbr", "pcc"}, 20,
-                 "explore switches to bbr and pcc", d)
+        def explored() -> bool:  # watches the flow's CCA while it waits for the switches
+            carried_data_under_each()
+            return tried() >= {"bbr", "pcc"}
+
+        wait_for(explored, 20, "explore switches to bbr and pcc", d)
         wait_for(lambda: carried_data_under_each() >= {"cubic", "bbr", "pcc"}, 10,
                  "the flow carrying data under each", d)
     finally:

@@ -12,6 +12,7 @@ runs by checksum (and its file under models/ where one has it).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -32,6 +33,7 @@ learned limit's correlation with the BDP for Reno (>= 0.9) and its Reno:CUBIC ra
 ARMS = tuple(PAPER)
 """The arms of the driver (:data:`ccswitch.testbed.lfq_reproduction.ARMS`), in the paper's table order."""
 MTU_BITS = 1500 * 8
+MODELS = Path(__file__).resolve().parents[2] / "models"
 
 
 def loss_based_cca(runs: dict[str, dict[Any, dict[str, Any]]]) -> str:
@@ -46,18 +48,29 @@ def sender(runs: dict[str, dict[Any, dict[str, Any]]]) -> str:
     return ", ".join(sorted(found)) or "linux"
 
 
-def actors(runs: dict[str, dict[Any, dict[str, Any]]]) -> list[str]:
-    """The LFQ actors of the runs, each as its checksum and, where an actor file under models/ has it, that
-    file (several: the runs were made with different actors and should not be read as one)."""
-    sums = sorted({str(r["actor_checksum"]) for r in runs.get("lfq", {}).values() if r.get("actor_checksum")})
+@functools.cache
+def _actor_files() -> dict[str, str]:
+    """checksum -> "models/<file>" of the LFQ actor files under models/ (read once per process)."""
     known: dict[str, str] = {}
-    models = Path(__file__).resolve().parents[2] / "models"
-    for f in sorted(models.glob("lfq_actor*.json")):
+    for f in sorted(MODELS.glob("lfq_actor*.json")):
         try:
             known[str(json.loads(f.read_text())["checksum"])] = f"models/{f.name}"
         except (OSError, ValueError, KeyError):
             continue
+    return known
+
+
+def actors(runs: dict[str, dict[Any, dict[str, Any]]]) -> list[str]:
+    """The LFQ actors of the runs, each as its checksum and, where an actor file under models/ has it, that
+    file (several: the runs were made with different actors and should not be read as one)."""
+    sums = sorted({str(r["actor_checksum"]) for r in runs.get("lfq", {}).values() if r.get("actor_checksum")})
+    known = _actor_files()
     return [f"{c[:15]}… ({known[c]})" if c in known else f"{c[:15]}…" for c in sums]
+
+
+def _actor_note(s: dict[str, Any]) -> str:
+    """The sentence naming a summary's LFQ actors ('' without lfq runs)."""
+    return f"  LFQ actor: {', '.join(s['actors'])}." if s.get("actors") else ""
 
 
 def load(results: Path) -> dict[str, dict[int, dict[str, Any]]]:
@@ -145,8 +158,7 @@ def markdown(s: dict[str, Any], png: str) -> str:
     second = s.get("ccas", ["reno", "cubic"])[1]
     lines = [f"Runs: **{s['n']} draws** with every arm (paired), one flow per run; sender "
              f"**{s.get('sender', 'linux')}** (the paper's BIC run as {second}; "
-             "testbed/runs/tcp_senders.py)." + (f"  LFQ actor: {', '.join(s['actors'])}." if s.get("actors")
-                                                else ""), "",
+             "testbed/runs/tcp_senders.py)." + _actor_note(s), "",
              "| queue | throughput (Mbit/s) | paper | utilisation | max queue (pkts) | paper "
              "| avg queue (pkts) | paper |",
              "|---|---|---|---|---|---|---|---|"]
@@ -287,8 +299,7 @@ def seeds_markdown(per_seed: dict[str, dict[str, Any]], all_seeds: dict[str, Any
                       for r in within_paper(per_seed[lb]["arms"][a], a)) for lb in labels}
     lines += ["", "Sender: **" + ", ".join(sorted({s.get("sender", "linux") for s in per_seed.values()})) + "**.  "
               "fq-100, fq-1000 and FQ-CoDel numbers within 15 % of the paper's table (of 9): "
-              + ", ".join(f"{lb} {within[lb]}" for lb in labels) + "."
-              + (f"  LFQ actor: {', '.join(all_seeds['actors'])}." if all_seeds.get("actors") else "")]
+              + ", ".join(f"{lb} {within[lb]}" for lb in labels) + "." + _actor_note(all_seeds)]
     rows = [("throughput", "LFQ / FQ-CoDel throughput", ">= 0.95"),
             ("avg_queue", "LFQ / FQ-CoDel average queue", "<= 0.5"),
             ("max_queue", "LFQ / FQ-CoDel max queue", "<= 1/6")]
