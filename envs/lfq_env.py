@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from ccswitch.models.lfq_actor import LOG2_MAX, LOG2_MIN, MTU, Actor, observation, reward
+from ccswitch.models.lfq_actor import LOG2_MAX, LOG2_MIN, MTU, Actor, empty_inputs, observation, reward
 
 __all__ = ["FlowDraw", "LfqEpisodes", "draw_flow"]
 
@@ -101,6 +101,7 @@ class _Track:
     queue: int | None = None
     t0: float | None = None          # emulator time the flow was first seen
     obs: list[float] | None = None   # features at t_e
+    empty: list[float] | None = None  # empty_frac at t_e (lfq_actor.empty_inputs)
     limit_exp: int = 0
     out_at_exp: int = 0
     queue_sum: float = 0.0
@@ -195,6 +196,7 @@ class LfqEpisodes:
                     continue
                 if t.obs is None and age >= t.draw.t_exp_s:
                     t.obs = observation(f.get("features") or {}).tolist()
+                    t.empty = empty_inputs(f.get("features") or {}).tolist()
                     t.out_at_exp = int(f["packets_out"])
                     t.limit_at_exp_before = int(f["limit_pkts"])
                     lim = t.draw.limit_exp
@@ -228,7 +230,8 @@ class LfqEpisodes:
         thr = (t.out_end - t.out_at_exp) * MTU / span  # bytes/s
         thr = min(thr, b_mbit * 1e6 / 8)  # a neighbour's idle share is not this limit's merit (docstring)
         q = t.queue_sum / t.queue_n if t.queue_n else 0.0
-        return {"draw": asdict(d), "obs": [round(x, 6) for x in t.obs or []], "limit_exp": t.limit_exp,
+        return {"draw": asdict(d), "obs": [round(x, 6) for x in t.obs or []],
+                "empty": [round(x, 6) for x in t.empty or []], "limit_exp": t.limit_exp,
                 "limit_before": t.limit_at_exp_before, "throughput_mbit": round(thr * 8 / 1e6, 4),
                 "mean_queue_pkts": round(q, 3), "reward": round(reward(thr, q), 5),
                 "bdp_pkts": round(b_mbit * 1e6 / 8 * d.rtt_ms / 1e3 / MTU, 3), "episode": self.episodes,

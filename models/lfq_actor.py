@@ -43,6 +43,9 @@ Where this deviates from the paper, and why (docs/network/lfq.md has the whole l
   from the 60 (:func:`derived`): per EWMA, the packets between drops (log scale), the buffer's
   fill and the trough of its sawtooth, relative to the limit.  The paper's 60 hold this
   information only through products and ratios of two features.
+* **Empty inputs** (optional, likewise): the share of the flow's arrivals that found its queue
+  empty (:func:`empty_inputs`, 10 EWMAs kept by linkemu): what tells a flow whose queue runs dry
+  after each drop (Reno under a limit below its BDP) from one whose queue does not (BIC).
 * **Network**: two hidden layers of 64 (leaky ReLU) instead of three of 256:
   we train on ~10^3 real-time flows, not the paper's ~10^5 simulated ones.
 
@@ -67,6 +70,7 @@ __all__ = [
     "ACTOR_FORMAT",
     "ALPHA",
     "DERIVED_FEATURES",
+    "EMPTY_FEATURES",
     "FEATURE_NAMES",
     "LOG2_MAX",
     "LOG2_MIN",
@@ -78,6 +82,8 @@ __all__ = [
     "K",
     "action_for",
     "derived",
+    "empty_inputs",
+    "input_names",
     "limit_for",
     "load_actor",
     "observation",
@@ -108,6 +114,9 @@ DERIVED_NAMES: tuple[str, ...] = ("loss_gap_log2pkts", "fill", "trough")
 """Optional inputs computed from the 60 (:func:`derived`; not in paper 001, docs/network/lfq.md says why)."""
 DERIVED_FEATURES: tuple[str, ...] = tuple(f"{n}[{k}]" for n in DERIVED_NAMES for k in range(K))
 """The derived inputs, in order, after :data:`OBS_FEATURES` in an actor that takes them (90 inputs)."""
+EMPTY_FEATURES: tuple[str, ...] = tuple(f"empty_frac[{k}]" for k in range(K))
+"""Optional inputs read from linkemu (:func:`empty_inputs`; not in paper 001): the share of the flow's arrivals
+that found its queue empty, 10 EWMAs, unscaled.  Last in an actor that takes them."""
 LOG2_MIN, LOG2_MAX = 0.0, 8.0
 """The limit's range on the log2 scale: 1..256 packets."""
 ALPHA = 10.0
@@ -156,6 +165,22 @@ def derived(obs: np.ndarray) -> np.ndarray:
     out = np.concatenate([gap, fill, trough], axis=-1).astype(np.float32)
     np.nan_to_num(out, copy=False, nan=0.0, posinf=CLIP, neginf=-CLIP)
     return np.clip(out, -CLIP, CLIP, out=out)
+
+
+def empty_inputs(features: Mapping[str, Sequence[float]]) -> np.ndarray:
+    """The 10 ``empty_frac`` inputs from one flow's ``features`` (missing: zeros; a linkemu from before them).
+
+    Not in paper 001 (linkemu's lfq_features.rs says why): after a drop Reno halves its window and BIC keeps
+    0.8 of it, so with a limit below the BDP Reno's queue runs dry for part of each sawtooth, and its share of
+    the link goes unused, where BIC's does not.  With the limit input this is what tells the agent which flows
+    need a longer buffer: the 60 inputs hold it only through products and ratios of EWMAs."""
+    out = np.zeros(K, dtype=np.float32)
+    vals = features.get("empty_frac") or ()
+    n = min(len(vals), K)
+    if n:
+        out[:n] = np.asarray(vals[:n], dtype=np.float64)
+    np.nan_to_num(out, copy=False, nan=0.0, posinf=1.0, neginf=0.0)
+    return np.clip(out, 0.0, 1.0, out=out)
 
 
 def limit_for(action: float) -> int:
@@ -208,6 +233,7 @@ class Actor:
     path: Path | None = None
     checksum: str = ""
     with_derived: bool = False  # inputs: OBS_FEATURES, then DERIVED_FEATURES (:func:`derived`)
+    with_empty: bool = False    # ... then EMPTY_FEATURES (:func:`empty_inputs`)
 
     def act_batch(self, obs: np.ndarray) -> np.ndarray:
         """Actions for a (flows, 60) batch of observations."""
@@ -225,20 +251,28 @@ class Actor:
         if not features:
             return []
         obs = np.stack([observation(f) for f in features])
-        if self.with_derived:
-            obs = np.concatenate([obs, derived(obs)], axis=1)
-        acts = self.act_batch(obs)
+        parts = [obs, derived(obs)] if self.with_derived else [obs]
+        if self.with_empty:
+            parts.append(np.stack([empty_inputs(f) for f in features]))
+        acts = self.act_batch(np.concatenate(parts, axis=1) if len(parts) > 1 else obs)
         return [limit_for(float(a)) for a in acts]
+
+
+def input_names(with_derived: bool = False, with_empty: bool = False) -> tuple[str, ...]:
+    """An actor's inputs in order: the 60 of paper 001, then optionally the derived and the empty ones."""
+    return OBS_FEATURES + (DERIVED_FEATURES if with_derived else ()) + (EMPTY_FEATURES if with_empty else ())
 
 
 def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequence[np.ndarray],
                interval_s: float, leak: float = 0.01, training: Mapping[str, Any] | None = None,
-               evaluation: Mapping[str, Any] | None = None, with_derived: bool = False) -> str:
-    """Write an actor file; returns its checksum.  *with_derived*: the network takes the 30
-    :data:`DERIVED_FEATURES` after the 60 (the file's ``features`` lists them)."""
+               evaluation: Mapping[str, Any] | None = None, with_derived: bool = False,
+               with_empty: bool = False) -> str:
+    """Write an actor file; returns its checksum.  *with_derived*, *with_empty*: the network also takes the
+    30 :data:`DERIVED_FEATURES`, then the 10 :data:`EMPTY_FEATURES`, after the 60 (the file's ``features``
+    lists its inputs: :func:`input_names`)."""
     doc: dict[str, Any] = {
         "format": ACTOR_FORMAT, "version": ACTOR_VERSION,
-        "features": list(OBS_FEATURES + DERIVED_FEATURES) if with_derived else list(OBS_FEATURES),
+        "features": list(input_names(with_derived, with_empty)),
         "scales": dict(SCALES), "interval_s": interval_s,
         "action": {"kind": "log2 limit", "log2_min": LOG2_MIN, "log2_max": LOG2_MAX},
         "reward": {"alpha_per_s": ALPHA, "mtu_bytes": MTU},
@@ -266,11 +300,12 @@ def load_actor(path: str | Path) -> Actor:
 
 def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
     feats = tuple(doc["features"])
-    with_derived = feats == OBS_FEATURES + DERIVED_FEATURES
-    if (feats != OBS_FEATURES and not with_derived) or doc["scales"] != SCALES:
+    kinds = [(d, e) for d in (False, True) for e in (False, True) if input_names(d, e) == feats]
+    if not kinds or doc["scales"] != SCALES:
         raise ActorError(f"{p}: its features or their scaling are not this ccswitch's observation "
                          f"({len(OBS_FEATURES)} inputs: {', '.join(FEATURE_NAMES)} x {K}, optionally then "
-                         f"{', '.join(DERIVED_NAMES)} x {K}); train it again")
+                         f"{', '.join(DERIVED_NAMES)} x {K}, then empty_frac x {K}); train it again")
+    with_derived, with_empty = kinds[0]
     n_in = len(feats)
     act = doc["action"]
     if (act.get("log2_min"), act.get("log2_max")) != (LOG2_MIN, LOG2_MAX):
@@ -291,4 +326,4 @@ def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
     if not 0.001 <= interval <= 10.0:
         raise ActorError(f"{p}: interval_s {interval} is outside 0.001..10 s")
     return Actor(kernels, biases, interval, float(net.get("leak", 0.01)), doc.get("training", {}),
-                 doc.get("evaluation", {}), p, str(doc["checksum"]), with_derived)
+                 doc.get("evaluation", {}), p, str(doc["checksum"]), with_derived, with_empty)

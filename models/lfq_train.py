@@ -3,8 +3,8 @@
     python -m ccswitch.models.lfq_train collect --episodes 200 [--data results/lfq/train.jsonl]
         [--actor models/lfq_actor.json --pre actor --explore around] [--seed 1] [--sender linux]
     python -m ccswitch.models.lfq_train train [--data results/lfq/train.jsonl [--data round2.jsonl]]
-        [--derived] [--reward paper|delay] [--out models/lfq_actor.json] [--plot docs/network/lfq-training.png]
-        [--seed 1]
+        [--derived] [--empty] [--reward paper|delay] [--out models/lfq_actor.json]
+        [--plot docs/network/lfq-training.png] [--seed 1]
 
 **Paper 001's online learning** (section VI): an actor network outputs each
 flow's buffer limit; during every flow, at a random time t_e in [0, T/2], the
@@ -53,11 +53,12 @@ from typing import Any
 import numpy as np
 
 from .lfq_actor import (
-    DERIVED_FEATURES,
+    EMPTY_FEATURES,
     KAPPA,
     OBS_FEATURES,
     action_for,
     derived,
+    input_names,
     limit_for,
     load_actor,
     save_actor,
@@ -127,6 +128,16 @@ def load_samples(data: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in data.open() if line.strip()]
 
 
+def empty_columns(rows: list[dict[str, Any]], files: list[Path]) -> np.ndarray:
+    """The logged ``empty`` inputs of every sample (rows x 10); a sample without them is an error."""
+    bad = sum(len(r.get("empty") or ()) != len(EMPTY_FEATURES) for r in rows)
+    if bad:
+        raise SystemExit(f"lfq train: {bad} of {len(rows)} samples in {', '.join(map(str, files))} have no "
+                         f"empty_frac inputs (collected before linkemu reported them): collect again, or "
+                         f"train without --empty")
+    return np.array([r["empty"] for r in rows], dtype=np.float32)
+
+
 def _mlp(tf: Any, n_in: int, out_act: str | None, seed: int) -> Any:
     init = tf.keras.initializers.GlorotUniform(seed=seed)
     layers = [tf.keras.Input((n_in,))]
@@ -178,7 +189,7 @@ def sample_reward(row: dict[str, Any], kind: str) -> float:
 
 
 def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, with_derived: bool = False,
-          reward_kind: str = "paper") -> dict[str, Any]:
+          with_empty: bool = False, reward_kind: str = "paper") -> dict[str, Any]:
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -191,6 +202,8 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
     assert obs.shape[1] == len(OBS_FEATURES)
     if with_derived:  # the 30 derived inputs after the 60 (lfq_actor.derived)
         obs = np.concatenate([obs, derived(obs)], axis=1)
+    if with_empty:  # then the 10 empty_frac inputs, logged beside obs since linkemu reports them
+        obs = np.concatenate([obs, empty_columns(rows, files)], axis=1)
     n_in = obs.shape[1]
     act = np.array([[action_for(r["limit_exp"])] for r in rows], dtype=np.float32)
     rew = np.array([[sample_reward(r, reward_kind)] for r in rows], dtype=np.float32)
@@ -245,7 +258,7 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
     training = {"hyperparameters": {k: list(v) if isinstance(v, tuple) else v for k, v in HP.items()},
                 "samples": len(rows), "episodes": len({(r.get("pre"), r["episode"], r["t"] // 1000) for r in rows}),
                 "data": ", ".join(str(f) for f in files), "seed": seed,
-                "inputs": len(OBS_FEATURES) + (len(DERIVED_FEATURES) if with_derived else 0),
+                "inputs": len(input_names(with_derived, with_empty)),
                 "rounds": sorted({f"{r.get('pre', 'random')}/{r.get('explore', 'uniform')}" for r in rows}),
                 "algorithm": "offline actor-critic (module docstring)",
                 "reward": reward_kind if reward_kind == "paper" else f"{reward_kind} (kappa {KAPPA:g})",
@@ -253,7 +266,7 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
                 "critic_val_mse_last": [c[-1] if c else None for c in curves["critic_val"]],
                 "reward_var_val": float(rew[val].var()) if n_val else None}
     checksum = save_actor(out, kernels=kernels, biases=biases, interval_s=HP["interval_s"], leak=HP["leak"],
-                          training=training, with_derived=with_derived)
+                          training=training, with_derived=with_derived, with_empty=with_empty)
     print(f"lfq train: wrote {out} ({checksum}); on the training states: {fit}", file=sys.stderr)
     if plot is not None:
         _plot(plot, curves, rows, limits, other.lower())
@@ -322,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"a samples file; repeat for several rounds (default {DEFAULT_DATA})")
     t.add_argument("--derived", action="store_true",
                    help="also feed the 30 derived inputs (lfq_actor.derived; not in paper 001)")
+    t.add_argument("--empty", action="store_true",
+                   help="also feed the 10 empty_frac inputs (lfq_actor.empty_inputs; not in paper 001)")
     t.add_argument("--out", type=Path, default=DEFAULT_OUT)
     t.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
     t.add_argument("--seed", type=int, default=1)
@@ -342,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
                     sender=a.sender)
     else:
         try:
-            train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived, reward_kind=a.reward)
+            train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived, with_empty=a.empty,
+                  reward_kind=a.reward)
         except MixedSamplesError as e:
             ap.error(str(e))
     return 0

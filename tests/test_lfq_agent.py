@@ -29,16 +29,19 @@ import pytest
 
 from ccswitch.models.lfq_actor import (
     DERIVED_FEATURES,
+    EMPTY_FEATURES,
     OBS_FEATURES,
     ActorError,
     action_for,
     derived,
+    empty_inputs,
     limit_for,
     load_actor,
     observation,
     reward,
     save_actor,
 )
+from ccswitch.models.policy import write_signed
 from ccswitch.testbed.scenario.model_qdisc import Lfq
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,6 +99,34 @@ def test_derived_inputs_and_an_actor_that_takes_them(tmp_path: Path) -> None:
     assert not load_actor(SHIPPED).with_derived
     doc = json.loads((tmp_path / "d.json").read_text())
     assert doc["features"] == list(OBS_FEATURES) + list(DERIVED_FEATURES)
+
+
+def test_empty_inputs_and_an_actor_that_takes_them_after_the_derived(tmp_path: Path) -> None:
+    """The 10 empty_frac inputs (linkemu's share of arrivals finding the flow's queue empty) come last, after
+    the derived ones; an actor on them gives a dry queue a longer limit.  A features object without them (a
+    linkemu from before them) gives zeros, and garbage is clipped to [0, 1]."""
+    dry = {"queue_pkts": [1.0] * 10, "limit_pkts": [8.0] * 10, "empty_frac": [0.6] * 10}
+    full = dict(dry, empty_frac=[0.0] * 10)
+    np.testing.assert_allclose(empty_inputs(dry), 0.6)
+    assert not empty_inputs({}).any() and len(EMPTY_FEATURES) == 10
+    assert list(empty_inputs({"empty_frac": [float("nan"), 3.0, -1.0]})[:3]) == [0.0, 1.0, 0.0]
+    # a = tanh(3 * empty_frac[2] - 1): a dry queue (0.6) gets a limit of 2^(4 (a + 1)), a full one less.
+    k0 = np.zeros((100, 1), np.float32)
+    k0[90 + EMPTY_FEATURES.index("empty_frac[2]"), 0] = 3.0
+    save_actor(tmp_path / "e.json", kernels=[k0, np.ones((1, 1), np.float32)],
+               biases=[np.zeros(1, np.float32), np.array([-1.0], np.float32)], interval_s=0.01,
+               with_derived=True, with_empty=True)
+    a = load_actor(tmp_path / "e.json")
+    assert a.with_derived and a.with_empty
+    assert a.limits([dry, full]) == [limit_for(float(np.tanh(3 * 0.6 - 1))), limit_for(-1.0 * np.tanh(1.0))]
+    assert a.limits([dry])[0] > a.limits([full])[0]
+    doc = json.loads((tmp_path / "e.json").read_text())
+    assert doc["features"] == list(OBS_FEATURES) + list(DERIVED_FEATURES) + list(EMPTY_FEATURES)
+    # Inputs in another order are not this ccswitch's observation: refused in one line.
+    doc["features"] = list(OBS_FEATURES) + list(EMPTY_FEATURES) + list(DERIVED_FEATURES)
+    write_signed(tmp_path / "e.json", doc)  # signed again: the check is the order, not the checksum
+    with pytest.raises(ActorError, match="not this ccswitch's observation"):
+        load_actor(tmp_path / "e.json")
 
 
 @pytest.mark.parametrize(("edit", "words"), [

@@ -16,8 +16,8 @@ line, in order:
   ...) and, for per-flow qdiscs (lfq, fq, fq_codel, fq_pie), ``flows_active`` and ``flows``: one object
   per active flow with ``queue``, ``key`` (``src``, ``dst``, ``proto``, ``sport``, ``dport``),
   ``limit_pkts``, ``backlog_pkts``, and for lfq ``features`` (paper 001: ``queue_pkts``,
-  ``queue_std_pkts``, ``limit_pkts``, ``in_rate_pps``, ``out_rate_pps``, ``since_loss_s``, 10
-  averages each, weights in DIR's ``weights``).
+  ``queue_std_pkts``, ``limit_pkts``, ``in_rate_pps``, ``out_rate_pps``, ``since_loss_s``, and ours,
+  ``empty_frac``; 10 averages each, weights in DIR's ``weights``).
 * ``{"op": "set", "dir": D, ...}`` changes parameters of direction D's qdisc, all or nothing:
   lfq ``default_limit_pkts`` and ``flows: [{"queue": Q | "key": KEY, "limit_pkts": N}]``;
   dualpi2 ``base_prob`` (a number fixes p' and pauses the PI controller, ``"auto"`` resumes it;

@@ -11,7 +11,7 @@
 //! FLOW = {"queue", "key": {"src", "dst", "proto", "sport", "dport"} | null, "shared": bool | null,
 //!         "limit_pkts": n | null, "backlog_pkts", "backlog_bytes", ...extra...,
 //!         "features"?: {"queue_pkts", "queue_std_pkts", "limit_pkts", "in_rate_pps", "out_rate_pps",
-//!                       "since_loss_s": [10 numbers each]}}
+//!                       "since_loss_s", "empty_frac": [10 numbers each]}}
 //! {"ok": true, "id": ID?, "t_s", "dir": "uplink", "applied": {...params..., "flows"?: [
 //!     {"queue", "key", "limit_pkts", "was"}]}}
 //! {"ok": false, "id": ID?, "error": "one line"}

@@ -74,7 +74,9 @@ fn state_and_set_requests() {
     let f0 = &up["flows"][0];
     assert_eq!(f0["key"], json!({"src": "10.0.0.1", "dst": "10.0.0.2", "proto": 17, "sport": 4000, "dport": 5201}));
     assert_eq!((&f0["limit_pkts"], &f0["shared"]), (&json!(100), &json!(false)));
-    for name in ["queue_pkts", "queue_std_pkts", "limit_pkts", "in_rate_pps", "out_rate_pps", "since_loss_s"] {
+    for name in
+        ["queue_pkts", "queue_std_pkts", "limit_pkts", "in_rate_pps", "out_rate_pps", "since_loss_s", "empty_frac"]
+    {
         assert_eq!(f0["features"][name].as_array().unwrap().len(), 10, "{name}");
     }
     // 5000 pps offered per flow; the first two averages are past their guard.

@@ -14,6 +14,20 @@
 //! | `in_rate_pps` | 1 / (EWMA of inter-arrival times) | each arrival but the flow's first |
 //! | `out_rate_pps` | 1 / (EWMA of inter-departure times) | each departure but the flow's first |
 //! | `since_loss_s` | time since the flow's last drop (since its start before any) | each arrival, after its verdict |
+//! | `empty_frac` | 1 if the arrival finds the flow's queue empty, else 0 (not in paper 001) | each arrival |
+//!
+//! **`empty_frac`** is ours, not the paper's: the share of the flow's arrivals
+//! that find its queue empty.  Paper 001 reports that the learned limit is
+//! about twice as large for NewReno as for BIC; a router can only learn that
+//! if it sees which flows need the buffer.  After a drop a sender shrinks its
+//! window by its own factor (Reno 1/2, BIC 0.2, CUBIC 0.3); with a limit L
+//! below what that factor needs (Reno: the BDP B; BIC: B / 4), the queue
+//! runs dry for (B - L) / (B + L) of Reno's sawtooth, and the flow's share of
+//! the link goes unused for that long.  So with the limit it tells the
+//! agent both the CCA's need and what a short buffer costs.  A queue that
+//! hovers between 0 and 1 packet at the full rate also reads as empty (the
+//! packet in service has left the qdisc); that is the boundary where the
+//! limit is just enough, so it errs towards a slightly larger limit.
 //!
 //! **Weights.**  Average k (0..9) has weight w_k = 2^-(k+5), i.e. 1/32 ...
 //! 1/16384: it remembers about the last 32 ... 16384 samples.  These are the
@@ -40,7 +54,7 @@
 //! wants their scaling divides by those.  Times are the emulator's (virtual
 //! or CLOCK_MONOTONIC) nanoseconds converted to seconds.
 //!
-//! Cost: 6 x 10 multiply-adds per packet (arrival) or 10 (departure).
+//! Cost: 7 x 10 multiply-adds per packet (arrival) or 10 (departure).
 
 use crate::time::Nanos;
 
@@ -110,11 +124,12 @@ pub struct FeatureSnapshot {
     pub in_rate_pps: [f64; K],
     pub out_rate_pps: [f64; K],
     pub since_loss_s: [f64; K],
+    pub empty_frac: [f64; K],
 }
 
 impl FeatureSnapshot {
-    /// (name, values) in the paper's order.
-    pub fn named(&self) -> [(&'static str, &[f64; K]); 6] {
+    /// (name, values): the paper's six in its order, then ours.
+    pub fn named(&self) -> [(&'static str, &[f64; K]); 7] {
         [
             ("queue_pkts", &self.queue_pkts),
             ("queue_std_pkts", &self.queue_std_pkts),
@@ -122,6 +137,7 @@ impl FeatureSnapshot {
             ("in_rate_pps", &self.in_rate_pps),
             ("out_rate_pps", &self.out_rate_pps),
             ("since_loss_s", &self.since_loss_s),
+            ("empty_frac", &self.empty_frac),
         ]
     }
 }
@@ -136,6 +152,7 @@ pub struct Features {
     arrival: Ewma,
     departure: Ewma,
     since_loss: Ewma,
+    empty: Ewma,
     last_arrival: Option<Nanos>,
     last_departure: Option<Nanos>,
     last_loss: Nanos,
@@ -151,6 +168,7 @@ impl Features {
             arrival: Ewma::default(),
             departure: Ewma::default(),
             since_loss: Ewma::default(),
+            empty: Ewma::default(),
             last_arrival: None,
             last_departure: None,
             last_loss: now,
@@ -167,6 +185,7 @@ impl Features {
             *var += w * (d * d - *var);
         }
         self.limit.push(limit_pkts as f64);
+        self.empty.push(if queue_pkts == 0 { 1.0 } else { 0.0 });
         if let Some(t) = self.last_arrival {
             self.arrival.push(secs(now.saturating_sub(t)));
         }
@@ -203,6 +222,7 @@ impl Features {
             in_rate_pps: self.arrival.inverted(),
             out_rate_pps: self.departure.inverted(),
             since_loss_s: self.since_loss.v,
+            empty_frac: self.empty.v,
         }
     }
 }
@@ -253,5 +273,28 @@ mod tests {
         f.on_arrival(100_000_000, 10, 50, true);
         assert_eq!(f.since_loss_s(100_000_000), 0.0);
         assert_eq!(f.since_loss_s(100_500_000), 0.0005);
+    }
+
+    #[test]
+    fn empty_frac_is_the_share_of_arrivals_finding_the_queue_empty() {
+        // One arrival in four finds the queue empty: every average settles
+        // at 1/4 (the fast ones wobble by about w), after starting at the
+        // first sample (empty: 1).
+        let mut f = Features::new(0);
+        f.on_arrival(0, 0, 50, false);
+        assert_eq!(f.snapshot().empty_frac, [1.0; K]);
+        for i in 1..200_000u64 {
+            f.on_arrival(i * 1000, if i % 4 == 0 { 0 } else { 3 }, 50, false);
+        }
+        let s = f.snapshot();
+        for k in 0..K {
+            assert!((s.empty_frac[k] - 0.25).abs() < 0.05, "{k}: {s:?}");
+        }
+        // A standing queue drives it to 0, fastest average first.
+        for i in 0..64u64 {
+            f.on_arrival(200_000_000 + i * 1000, 5, 50, false);
+        }
+        let s = f.snapshot();
+        assert!(s.empty_frac[0] < 0.04 && s.empty_frac[9] > 0.24, "{s:?}");
     }
 }

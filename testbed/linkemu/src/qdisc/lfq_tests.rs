@@ -225,6 +225,28 @@ fn rates_converge_to_the_offered_and_the_link_rate() {
 }
 
 #[test]
+fn empty_frac_tells_a_flow_below_its_share_from_a_backlogged_one() {
+    // 10 Mbit/s of 1250-byte packets (1 ms each).  Flow 1 offers 300 pps,
+    // below its half: each packet leaves before the next arrives, so every
+    // arrival finds its queue empty.  Flow 2 offers 1500 pps and keeps a
+    // standing queue at its limit: no arrival finds it empty.
+    let arrivals = periodic(1, 1250, NS_PER_S / 300, 0, 20 * NS_PER_S)
+        .chain(periodic(2, 1250, NS_PER_S / 1500, 1000, 20 * NS_PER_S))
+        .collect();
+    let mut d = Driver::new(LFQ, 10.0, arrivals);
+    d.run_to(20 * NS_PER_S);
+    let (below, backlogged) = (d.flow(1).features.unwrap(), d.flow(2).features.unwrap());
+    // The first sample of each average is 1 (an empty queue starts every
+    // flow); 6000 (flow 2: 30000) samples later, the slowest average
+    // (w = 1/16384) keeps (1 - w)^n of it: 0.69 (flow 2: 0.16).
+    for k in 0..7 {
+        assert_eq!(below.empty_frac[k], 1.0, "flow 1, empty_frac[{k}]");
+        assert!(backlogged.empty_frac[k] < 0.01, "flow 2, empty_frac[{k}] = {}", backlogged.empty_frac[k]);
+    }
+    assert!(backlogged.empty_frac[9] < 0.2 && below.empty_frac[9] == 1.0, "{backlogged:?}");
+}
+
+#[test]
 fn time_since_loss_grows_and_resets_on_a_drop() {
     // 1 Mbit/s, 125-byte packets (1 ms on the wire) every 10 ms: no queue,
     // no loss; at 2 s two more packets, 1 and 2 ns later.
