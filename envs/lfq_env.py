@@ -30,7 +30,9 @@ the reward clips a flow's throughput at b.
 
 **Before and at t_e** (the behaviour policy, ``pre``): each flow keeps a limit
 drawn log-uniformly in 1..256 packets for the whole pre-experiment phase
-(``pre="random"``), or the current actor sets it every interval
+(``pre="random"``), or drawn log-uniformly around the flow's BDP, from 1/4 to
+2.8 BDP (``pre="bdp"``: the states an actor that sizes buffers near the BDP
+meets, where the CCAs differ most), or the current actor sets it every interval
 (``pre=Actor``); the experiment limit is drawn log-uniformly in 1..256
 (``explore="uniform"``) or is the actor's limit times 2**U[-1.5, 1.5]
 (``explore="around"``).  The paper's own experiment is the actor's limit +-1;
@@ -79,18 +81,33 @@ class FlowDraw:
     limit_exp: int       # the experiment's limit (0: drawn around the actor's at t_e)
 
 
+PRE_BDP_OCTAVES = (-2.0, 1.5)
+"""``pre="bdp"``: the behaviour limit is the flow's BDP times 2**U[these] (1/4 .. 2.8 BDP), within 1..256."""
+
+
 def _log_uniform_limit(rng: np.random.Generator) -> int:
     return max(1, round(2.0 ** rng.uniform(LOG2_MIN, LOG2_MAX)))
+
+
+def _pre_limit(rng: np.random.Generator, pre: str, bdp_pkts: float) -> int:
+    """The behaviour limit before t_e (module docstring); 0: the actor sets it."""
+    if pre == "random":
+        return _log_uniform_limit(rng)
+    if pre == "bdp":
+        return max(1, min(256, round(bdp_pkts * 2.0 ** rng.uniform(*PRE_BDP_OCTAVES))))
+    return 0
 
 
 def draw_flow(rng: np.random.Generator, bandwidth_mbit: float, *, pre: str = "random",
               explore: str = "uniform", loss_based: str = "cubic") -> FlowDraw:
     """A flow of the paper's distribution (bandwidth given: the episode's b; *loss_based*: its BIC)."""
     duration = float(rng.uniform(3.75, 6.25))
-    return FlowDraw(bandwidth_mbit=round(bandwidth_mbit, 2), rtt_ms=round(float(rng.uniform(5.0, 25.0)), 2),
-                    cca=str(rng.choice(("reno", loss_based))), duration_s=round(duration, 3),
-                    t_exp_s=round(float(rng.uniform(0.0, duration / 2)), 3),
-                    limit_pre=_log_uniform_limit(rng) if pre == "random" else 0,
+    rtt = round(float(rng.uniform(5.0, 25.0)), 2)
+    cca = str(rng.choice(("reno", loss_based)))
+    t_exp = round(float(rng.uniform(0.0, duration / 2)), 3)
+    bdp = bandwidth_mbit * 1e6 / 8 * rtt / 1e3 / MTU
+    return FlowDraw(bandwidth_mbit=round(bandwidth_mbit, 2), rtt_ms=rtt, cca=cca, duration_s=round(duration, 3),
+                    t_exp_s=t_exp, limit_pre=_pre_limit(rng, pre, bdp),
                     limit_exp=_log_uniform_limit(rng) if explore == "uniform" else 0)
 
 

@@ -324,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--episodes", type=int, default=100)
     c.add_argument("--data", type=Path, default=DEFAULT_DATA)
     c.add_argument("--actor", type=Path, default=None)
-    c.add_argument("--pre", choices=("random", "actor"), default="random")
+    c.add_argument("--pre", choices=("random", "bdp", "actor"), default="random",
+                   help="behaviour limit before t_e: log-uniform 1..256, log-uniform 1/4..2.8 BDP, or the actor's")
     c.add_argument("--explore", choices=("uniform", "around"), default="uniform")
     c.add_argument("--seed", type=int, default=1)
     c.add_argument("--sender", choices=list(SENDERS), default="linux",
