@@ -179,13 +179,20 @@ def _fit_critic(tf: Any, q: Any, x: np.ndarray, y: np.ndarray, xv: np.ndarray, y
     return tr_curve, va_curve
 
 
-REWARDS = ("paper", "delay")
-"""``paper``: paper 001's reward as logged (lfq_actor.reward); ``delay``: lfq_actor.delay_reward (a deviation)."""
+REWARDS = ("paper", "paper-share", "delay")
+"""``paper``: paper 001's reward as logged (lfq_actor.reward); ``paper-share``: the same divided by the flow's fair
+share b (in the reward's units, MB/s): per state b is a constant, so the best limit of every state is the same,
+but the critics no longer spend their fit on the spread of b between flows, which is most of the reward's
+variance; ``delay``: lfq_actor.delay_reward (a deviation)."""
 
 
 def sample_reward(row: dict[str, Any], kind: str) -> float:
     """The reward a logged experiment is trained on (REWARDS)."""
-    return float(row["reward"]) if kind == "paper" else delay_reward_at(row)
+    if kind == "paper":
+        return float(row["reward"])
+    if kind == "paper-share":
+        return float(row["reward"]) / (row["draw"]["bandwidth_mbit"] / 8)
+    return delay_reward_at(row)
 
 
 def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, with_derived: bool = False,
@@ -261,7 +268,7 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
                 "inputs": len(input_names(with_derived, with_empty)),
                 "rounds": sorted({f"{r.get('pre', 'random')}/{r.get('explore', 'uniform')}" for r in rows}),
                 "algorithm": "offline actor-critic (module docstring)",
-                "reward": reward_kind if reward_kind == "paper" else f"{reward_kind} (kappa {KAPPA:g})",
+                "reward": reward_kind if reward_kind != "delay" else f"{reward_kind} (kappa {KAPPA:g})",
                 "fit_on_training_states": fit,
                 "critic_val_mse_last": [c[-1] if c else None for c in curves["critic_val"]],
                 "reward_var_val": float(rew[val].var()) if n_val else None}
