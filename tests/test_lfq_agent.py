@@ -129,6 +129,24 @@ def test_empty_inputs_and_an_actor_that_takes_them_after_the_derived(tmp_path: P
         load_actor(tmp_path / "e.json")
 
 
+def test_behaviour_limits_around_the_bdp() -> None:
+    """``collect --pre bdp``: the limit before t_e is the flow's BDP x 2**U[-2, 1.5] (rounded, 1..256); the
+    other behaviours are unchanged (``random``: log-uniform 1..256, ``actor``: 0, the actor sets it)."""
+    from ccswitch.envs.lfq_env import PRE_BDP_OCTAVES, draw_flow
+
+    rng = np.random.default_rng(3)
+    ratios = []
+    for _ in range(400):
+        d = draw_flow(rng, 20.0, pre="bdp")
+        bdp = 20e6 / 8 * d.rtt_ms / 1e3 / 1500  # 8.3..41.7 packets: rounding moves the ratio by < 7 %
+        ratios.append(d.limit_pre / bdp)
+    lo, hi = 2.0 ** PRE_BDP_OCTAVES[0], 2.0 ** PRE_BDP_OCTAVES[1]
+    assert lo * 0.93 <= min(ratios) < lo * 1.3 and hi * 0.8 < max(ratios) <= hi * 1.07
+    assert 0.4 < float(np.mean(np.log2(ratios) < 0)) < 0.7  # 2 of the 3.5 octaves lie below one BDP
+    assert draw_flow(rng, 20.0, pre="actor").limit_pre == 0
+    assert all(1 <= draw_flow(rng, 20.0).limit_pre <= 256 for _ in range(50))
+
+
 @pytest.mark.parametrize(("edit", "words"), [
     (lambda d: d.update(format="other"), "not an LFQ actor file"),
     (lambda d: d.update(version=99), "version 99 is not supported"),

@@ -57,6 +57,8 @@ def test_the_delay_reward_prices_the_queue_in_bdps_and_training_can_use_it() -> 
     assert sample_reward(row, "paper") == 1.234
     assert sample_reward(row, "delay") == pytest.approx(0.9 - KAPPA / 2)
     assert delay_normalised([row], KAPPA)[0] == pytest.approx(0.9 - KAPPA / 2)
+    # paper-share: the paper's reward (MB/s) over b in the same unit (10 Mbit/s = 1.25 MB/s)
+    assert sample_reward(row, "paper-share") == pytest.approx(1.234 / 1.25)
 
 
 def test_finds_the_textbook_ratio_and_the_bdp_dependence() -> None:
