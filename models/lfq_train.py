@@ -35,7 +35,8 @@ real time, ~8 s per episode of 3 flows, so ~10^3 flows in an hour, not 10^5):
    offline actor-critic against the actor exploiting the critic's errors).
 
 ``--reward delay`` trains on lfq_actor.delay_reward instead of paper 001's reward (a deviation, not the
-shipped actor's: docs/network/lfq.md "More data").
+shipped actor's: docs/network/lfq.md "More data"); ``--reward paper-share`` on paper 001's reward divided by the
+flow's fair share b (:data:`REWARDS`; docs/network/lfq.md "What limits Reno's throughput").
 
 Every hyperparameter is in :data:`HP`.  The actor file
 (:mod:`ccswitch.models.lfq_actor`) records them, the sample count and the fit.
@@ -349,8 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
     t.add_argument("--seed", type=int, default=1)
     t.add_argument("--reward", choices=REWARDS, default="paper",
-                   help="paper: paper 001's reward as logged; delay: utilisation minus KAPPA x the queue in BDPs "
-                        "(a deviation, docs/network/lfq.md)")
+                   help="paper: paper 001's reward as logged; paper-share: the same over the flow's fair share; "
+                        "delay: utilisation minus KAPPA x the queue in BDPs (deviations, docs/network/lfq.md)")
     a = ap.parse_args(argv)
     if a.cmd == "collect":
         from ccswitch.testbed.runs.netns_lifecycle import sigterm_as_exit

@@ -61,6 +61,19 @@ def test_the_delay_reward_prices_the_queue_in_bdps_and_training_can_use_it() -> 
     assert sample_reward(row, "paper-share") == pytest.approx(1.234 / 1.25)
 
 
+def test_training_on_the_empty_inputs_needs_samples_that_logged_them(tmp_path) -> None:
+    """``train --empty`` on samples collected before linkemu reported empty_frac: one line naming the file and
+    the fix, not a shape error deep in TensorFlow."""
+    from ccswitch.models.lfq_train import empty_columns
+
+    rows = [{"empty": [0.5] * 10}, {"empty": [0.0] * 10}]
+    assert empty_columns(rows, [tmp_path / "new.jsonl"]).shape == (2, 10)
+    with pytest.raises(SystemExit) as e:
+        empty_columns([*rows, {"obs": [0.0] * 60}], [tmp_path / "old.jsonl"])
+    msg = str(e.value)
+    assert "1 of 3 samples" in msg and "old.jsonl" in msg and "without --empty" in msg and "\n" not in msg
+
+
 def test_finds_the_textbook_ratio_and_the_bdp_dependence() -> None:
     res = analyse(_rows(1.0, 0.43), [ALPHA], critics=2, epochs=60)[ALPHA]
     s = res["privileged"]
