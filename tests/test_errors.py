@@ -100,11 +100,15 @@ def test_pcc_switch_of_unknown_flow_unregisters_pcc(bottleneck) -> None:
 
 
 def test_non_root_user(bottleneck) -> None:
-    # drop to nobody after the imports (the interpreter may live under /root)
+    # drop to nobody after the imports (the interpreter may live under /root).  The socket is one no daemon
+    # listens on: with a ccswitchd on the default socket (another test's, running beside this one) the CLI
+    # would ask it instead, and the error would be that socket's (root-only), not the monitor's.
     code = ("import os, sys, ccswitch.cli, ccswitch.dataplane, ccswitch.sampler;"
             "os.setgroups([]); os.setgid(65534); os.setuid(65534);"
             "sys.argv = ['ccswitch', 'flows']; ccswitch.cli.main()")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    # (in /tmp itself: nobody may not look into pytest's root-only tmp_path, which reads as a denied socket)
+    env = {**os.environ, "CCSWITCH_SOCKET": f"/tmp/ccswitch-test-no-daemon-{os.getpid()}.sock"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert_one_line_error(proc, "needs root")
 
 
