@@ -85,6 +85,11 @@ PRE_BDP_OCTAVES = (-2.0, 1.5)
 """``pre="bdp"``: the behaviour limit is the flow's BDP times 2**U[these] (1/4 .. 2.8 BDP), within 1..256."""
 
 
+def bdp_pkts(bandwidth_mbit: float, rtt_ms: float) -> float:
+    """A flow's bandwidth-delay product in MTU packets."""
+    return bandwidth_mbit * 1e6 / 8 * rtt_ms / 1e3 / MTU
+
+
 def _log_uniform_limit(rng: np.random.Generator) -> int:
     return max(1, round(2.0 ** rng.uniform(LOG2_MIN, LOG2_MAX)))
 
@@ -105,9 +110,8 @@ def draw_flow(rng: np.random.Generator, bandwidth_mbit: float, *, pre: str = "ra
     rtt = round(float(rng.uniform(5.0, 25.0)), 2)
     cca = str(rng.choice(("reno", loss_based)))
     t_exp = round(float(rng.uniform(0.0, duration / 2)), 3)
-    bdp = bandwidth_mbit * 1e6 / 8 * rtt / 1e3 / MTU
     return FlowDraw(bandwidth_mbit=round(bandwidth_mbit, 2), rtt_ms=rtt, cca=cca, duration_s=round(duration, 3),
-                    t_exp_s=t_exp, limit_pre=_pre_limit(rng, pre, bdp),
+                    t_exp_s=t_exp, limit_pre=_pre_limit(rng, pre, bdp_pkts(bandwidth_mbit, rtt)),
                     limit_exp=_log_uniform_limit(rng) if explore == "uniform" else 0)
 
 
@@ -251,7 +255,7 @@ class LfqEpisodes:
                 "empty": [round(x, 6) for x in t.empty or []], "limit_exp": t.limit_exp,
                 "limit_before": t.limit_at_exp_before, "throughput_mbit": round(thr * 8 / 1e6, 4),
                 "mean_queue_pkts": round(q, 3), "reward": round(reward(thr, q), 5),
-                "bdp_pkts": round(b_mbit * 1e6 / 8 * d.rtt_ms / 1e3 / MTU, 3), "episode": self.episodes,
+                "bdp_pkts": round(bdp_pkts(b_mbit, d.rtt_ms), 3), "episode": self.episodes,
                 "sender": self.sender,
                 "t": time.time()}
 

@@ -131,14 +131,19 @@ class ActorError(ValueError):
 
 def observation(features: Mapping[str, Sequence[float]]) -> np.ndarray:
     """The 60 inputs from one flow's ``features`` object of linkemu's state (missing: zeros)."""
-    out = np.zeros(len(OBS_FEATURES), dtype=np.float32)
-    for i, name in enumerate(FEATURE_NAMES):
-        vals = features.get(name) or ()
-        n = min(len(vals), K)
-        if n:
-            out[i * K:i * K + n] = np.asarray(vals[:n], dtype=np.float64) / SCALES[name]
+    out = np.concatenate([_ewmas(features, name) / SCALES[name] for name in FEATURE_NAMES]).astype(np.float32)
     np.nan_to_num(out, copy=False, nan=0.0, posinf=CLIP, neginf=-CLIP)
     return np.clip(out, -CLIP, CLIP, out=out)
+
+
+def _ewmas(features: Mapping[str, Sequence[float]], name: str) -> np.ndarray:
+    """Feature *name*'s K averages from one flow's ``features``, unscaled (missing or short: zeros after)."""
+    out = np.zeros(K, dtype=np.float64)
+    vals = features.get(name) or ()
+    n = min(len(vals), K)
+    if n:
+        out[:n] = np.asarray(vals[:n], dtype=np.float64)
+    return out
 
 
 def derived(obs: np.ndarray) -> np.ndarray:
@@ -174,11 +179,7 @@ def empty_inputs(features: Mapping[str, Sequence[float]]) -> np.ndarray:
     0.8 of it, so with a limit below the BDP Reno's queue runs dry for part of each sawtooth, and its share of
     the link goes unused, where BIC's does not.  With the limit input this is what tells the agent which flows
     need a longer buffer: the 60 inputs hold it only through products and ratios of EWMAs."""
-    out = np.zeros(K, dtype=np.float32)
-    vals = features.get("empty_frac") or ()
-    n = min(len(vals), K)
-    if n:
-        out[:n] = np.asarray(vals[:n], dtype=np.float64)
+    out = _ewmas(features, "empty_frac").astype(np.float32)
     np.nan_to_num(out, copy=False, nan=0.0, posinf=1.0, neginf=0.0)
     return np.clip(out, 0.0, 1.0, out=out)
 
@@ -254,7 +255,7 @@ class Actor:
         parts = [obs, derived(obs)] if self.with_derived else [obs]
         if self.with_empty:
             parts.append(np.stack([empty_inputs(f) for f in features]))
-        acts = self.act_batch(np.concatenate(parts, axis=1) if len(parts) > 1 else obs)
+        acts = self.act_batch(np.concatenate(parts, axis=1))
         return [limit_for(float(a)) for a in acts]
 
 
