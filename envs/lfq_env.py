@@ -34,10 +34,16 @@ drawn log-uniformly in 1..256 packets for the whole pre-experiment phase
 2.8 BDP (``pre="bdp"``: the states an actor that sizes buffers near the BDP
 meets, where the CCAs differ most), or the current actor sets it every interval
 (``pre=Actor``); the experiment limit is drawn log-uniformly in 1..256
-(``explore="uniform"``) or is the actor's limit times 2**U[-1.5, 1.5]
-(``explore="around"``).  The paper's own experiment is the actor's limit +-1;
+(``explore="uniform"``), or around the flow's BDP, 1/4 to 4 BDP (``explore="bdp"``: the
+range where the CCAs' best limits lie, :data:`EXPLORE_BDP_OCTAVES`), or is the actor's limit times
+2**U[-1.5, 1.5] (``explore="around"``).  The paper's own experiment is the actor's limit +-1;
 ours spans the range because we have ~10^3 real-time flows, not ~10^5
 simulated ones (a critic of Q(s, limit) then has data across the range).
+
+**Start-up** (``startup``, a :class:`~ccswitch.models.lfq_actor.Startup`; none by default): a
+flow younger than its seconds keeps its limit, as the router loop does with an actor that has one,
+and t_e is drawn in [startup seconds, duration / 2], so the experiments price what the actor
+decides after the start-up (docs/network/lfq.md "A start-up limit").
 
 The control loop polls linkemu every ``interval_s`` (10 ms, as the router
 agent): features, backlog and packets out per flow.
@@ -54,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from ccswitch.models.lfq_actor import LOG2_MAX, LOG2_MIN, MTU, Actor, empty_inputs, observation, reward
+from ccswitch.models.lfq_actor import LOG2_MAX, LOG2_MIN, MTU, Actor, Startup, empty_inputs, observation, reward
 
 __all__ = ["FlowDraw", "LfqEpisodes", "draw_flow"]
 
@@ -83,6 +89,8 @@ class FlowDraw:
 
 PRE_BDP_OCTAVES = (-2.0, 1.5)
 """``pre="bdp"``: the behaviour limit is the flow's BDP times 2**U[these] (1/4 .. 2.8 BDP), within 1..256."""
+EXPLORE_BDP_OCTAVES = (-2.0, 2.0)
+"""``explore="bdp"``: the experiment's limit is the flow's BDP times 2**U[these] (1/4 .. 4 BDP), within 1..256."""
 
 
 def bdp_pkts(bandwidth_mbit: float, rtt_ms: float) -> float:
@@ -94,25 +102,39 @@ def _log_uniform_limit(rng: np.random.Generator) -> int:
     return max(1, round(2.0 ** rng.uniform(LOG2_MIN, LOG2_MAX)))
 
 
+def _around_bdp(rng: np.random.Generator, bdp_pkts: float, octaves: tuple[float, float]) -> int:
+    return max(1, min(256, round(bdp_pkts * 2.0 ** rng.uniform(*octaves))))
+
+
 def _pre_limit(rng: np.random.Generator, pre: str, bdp_pkts: float) -> int:
     """The behaviour limit before t_e (module docstring); 0: the actor sets it."""
     if pre == "random":
         return _log_uniform_limit(rng)
     if pre == "bdp":
-        return max(1, min(256, round(bdp_pkts * 2.0 ** rng.uniform(*PRE_BDP_OCTAVES))))
+        return _around_bdp(rng, bdp_pkts, PRE_BDP_OCTAVES)
+    return 0
+
+
+def _experiment_limit(rng: np.random.Generator, explore: str, bdp_pkts: float) -> int:
+    """The experiment's limit (module docstring); 0: drawn around the actor's at t_e."""
+    if explore == "uniform":
+        return _log_uniform_limit(rng)
+    if explore == "bdp":
+        return _around_bdp(rng, bdp_pkts, EXPLORE_BDP_OCTAVES)
     return 0
 
 
 def draw_flow(rng: np.random.Generator, bandwidth_mbit: float, *, pre: str = "random",
-              explore: str = "uniform", loss_based: str = "cubic") -> FlowDraw:
-    """A flow of the paper's distribution (bandwidth given: the episode's b; *loss_based*: its BIC)."""
+              explore: str = "uniform", loss_based: str = "cubic", startup: Startup | None = None) -> FlowDraw:
+    """A flow of the paper's distribution (bandwidth given: the episode's b; *loss_based*: its BIC); its
+    experiment comes after the *startup* (module docstring)."""
     duration = float(rng.uniform(3.75, 6.25))
     rtt = round(float(rng.uniform(5.0, 25.0)), 2)
     cca = str(rng.choice(("reno", loss_based)))
-    t_exp = round(float(rng.uniform(0.0, duration / 2)), 3)
+    t_exp = round(float(rng.uniform(startup.seconds if startup else 0.0, duration / 2)), 3)
+    bdp = bdp_pkts(bandwidth_mbit, rtt)
     return FlowDraw(bandwidth_mbit=round(bandwidth_mbit, 2), rtt_ms=rtt, cca=cca, duration_s=round(duration, 3),
-                    t_exp_s=t_exp, limit_pre=_pre_limit(rng, pre, bdp_pkts(bandwidth_mbit, rtt)),
-                    limit_exp=_log_uniform_limit(rng) if explore == "uniform" else 0)
+                    t_exp_s=t_exp, limit_pre=_pre_limit(rng, pre, bdp), limit_exp=_experiment_limit(rng, explore, bdp))
 
 
 @dataclass
@@ -158,8 +180,8 @@ class LfqEpisodes:
         self._stack.close()
         self._topo = None
 
-    def episode(self, *, actor: Actor | None = None, pre: str = "random", explore: str = "uniform"
-                ) -> list[dict[str, Any]]:
+    def episode(self, *, actor: Actor | None = None, pre: str = "random", explore: str = "uniform",
+                startup: Startup | None = None) -> list[dict[str, Any]]:
         """One episode; returns one sample per flow that reached its experiment and its end."""
         from ccswitch.testbed.runs.emulator import Emulator, emulator_config, link
         from ccswitch.testbed.runs.iperf import IperfFlow, start_server
@@ -172,7 +194,8 @@ class LfqEpisodes:
         topo, rng = self._topo, self.rng
         self.episodes += 1
         b = float(rng.uniform(5.0, 25.0))
-        draws = [draw_flow(rng, b, pre=pre, explore=explore, loss_based=self.loss_based) for _ in range(self.n)]
+        draws = [draw_flow(rng, b, pre=pre, explore=explore, loss_based=self.loss_based, startup=startup)
+                 for _ in range(self.n)]
         tracks = [_Track(d, topo.client_addrs[i]) for i, d in enumerate(draws)]
         sock = self.workdir / "linkemu.sock"
         rate = b * (self.n + 1)
@@ -194,10 +217,11 @@ class LfqEpisodes:
                 apply_sender(topo.clients[i], self.sender, d.cca)  # one flow per client: SACK per CCA
                 ep.enter_context(IperfFlow(topo.clients[i], topo.server_addr, FIRST_PORT + i, cca=d.cca,
                                            seconds=d.duration_s, interval=1.0))
-            self._loop(ctl, tracks, actor)
-        return [self._sample(t, b) for t in tracks if t.obs is not None and t.out_end is not None]
+            self._loop(ctl, tracks, actor, startup)
+        return [{**self._sample(t, b), "startup": startup.as_dict() if startup else None}
+                for t in tracks if t.obs is not None and t.out_end is not None]
 
-    def _loop(self, ctl: Any, tracks: list[_Track], actor: Actor | None) -> None:
+    def _loop(self, ctl: Any, tracks: list[_Track], actor: Actor | None, startup: Startup | None) -> None:
         deadline = time.monotonic() + max(t.draw.duration_s for t in tracks) + 3.0
         next_t = time.monotonic()
         while time.monotonic() < deadline and any(t.out_end is None for t in tracks):
@@ -231,6 +255,8 @@ class LfqEpisodes:
                     t.queue_sum += float(f["backlog_pkts"])
                     t.queue_n += 1
                     want = t.limit_exp
+                elif startup is not None and age < startup.seconds:
+                    want = startup.limit_pkts
                 elif t.draw.limit_pre:
                     want = t.draw.limit_pre
                 else:

@@ -46,6 +46,12 @@ Where this deviates from the paper, and why (docs/network/lfq.md has the whole l
 * **Empty inputs** (optional, likewise): the share of the flow's arrivals that found its queue
   empty (:func:`empty_inputs`, 10 EWMAs kept by linkemu): what tells a flow whose queue runs dry
   after each drop (Reno under a limit below its BDP) from one whose queue does not (BIC).
+* **Start-up** (optional, an actor file says whether it has one): for a flow younger than
+  ``startup.seconds`` the limit is ``startup.limit_pkts`` whatever the network says
+  (:class:`Startup`).  Paper 001 lets the network decide from a flow's first packet on; with tail
+  drop, slow start overshoots any limit by up to its window and NewReno without SACK then repairs
+  the burst of drops one per round trip, which costs it more than any later limit can win back
+  (docs/network/lfq.md "A start-up limit").
 * **Network**: two hidden layers of 64 (leaky ReLU) instead of three of 256:
   we train on ~10^3 real-time flows, not the paper's ~10^5 simulated ones.
 
@@ -80,6 +86,7 @@ __all__ = [
     "Actor",
     "ActorError",
     "K",
+    "Startup",
     "action_for",
     "derived",
     "empty_inputs",
@@ -127,6 +134,41 @@ MTU = 1500
 
 class ActorError(ValueError):
     """An actor file is missing, unreadable, corrupt or does not fit this ccswitch."""
+
+
+STARTUP_MAX_S = 10.0
+"""The longest start-up an actor file may ask for (a flow of paper 001's distribution lasts 3.75..6.25 s)."""
+
+
+@dataclass(frozen=True)
+class Startup:
+    """A flow's limit while it is young (module docstring, "Start-up"): *limit_pkts* until its age (linkemu's
+    ``age_s``, from its first packet) reaches *seconds*; the actor's limit from then on."""
+
+    seconds: float
+    limit_pkts: int
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.seconds <= STARTUP_MAX_S:
+            raise ValueError(f"start-up seconds must be in (0, {STARTUP_MAX_S:g}], got {self.seconds}")
+        if not 2 ** LOG2_MIN <= self.limit_pkts <= 2 ** LOG2_MAX:
+            raise ValueError(f"start-up limit must be {2 ** LOG2_MIN:.0f}..{2 ** LOG2_MAX:.0f} packets, "
+                             f"got {self.limit_pkts}")
+
+    @classmethod
+    def parse(cls, text: str) -> Startup:
+        """``LIMIT:SECONDS`` (the command lines' form), e.g. ``8:1``; ValueError names what is wrong."""
+        lim, sep, secs = text.partition(":")
+        try:
+            limit_pkts, seconds = int(lim), float(secs)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ValueError(f"expected LIMIT:SECONDS, e.g. 8:1 (packets until the flow is 1 s old), got {text!r}")
+        return cls(seconds=seconds, limit_pkts=limit_pkts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "limit_pkts": self.limit_pkts}
 
 
 def observation(features: Mapping[str, Sequence[float]]) -> np.ndarray:
@@ -235,6 +277,7 @@ class Actor:
     checksum: str = ""
     with_derived: bool = False  # inputs: OBS_FEATURES, then DERIVED_FEATURES (:func:`derived`)
     with_empty: bool = False    # ... then EMPTY_FEATURES (:func:`empty_inputs`)
+    startup: Startup | None = None  # a young flow's limit (:class:`Startup`); None: the network's from the start
 
     def act_batch(self, obs: np.ndarray) -> np.ndarray:
         """Actions for a (flows, 60) batch of observations."""
@@ -247,8 +290,10 @@ class Actor:
     def act(self, obs: np.ndarray) -> float:
         return float(self.act_batch(np.asarray(obs, dtype=np.float32)[None, :])[0])
 
-    def limits(self, features: Sequence[Mapping[str, Sequence[float]]]) -> list[int]:
-        """The limit for each flow's ``features`` (one batched forward pass)."""
+    def limits(self, features: Sequence[Mapping[str, Sequence[float]]],
+               ages_s: Sequence[float] | None = None) -> list[int]:
+        """The limit for each flow's ``features`` (one batched forward pass); with *ages_s* (each flow's
+        ``age_s``) and a :attr:`startup`, a flow younger than its seconds gets its limit instead."""
         if not features:
             return []
         obs = np.stack([observation(f) for f in features])
@@ -256,7 +301,11 @@ class Actor:
         if self.with_empty:
             parts.append(np.stack([empty_inputs(f) for f in features]))
         acts = self.act_batch(np.concatenate(parts, axis=1))
-        return [limit_for(float(a)) for a in acts]
+        out = [limit_for(float(a)) for a in acts]
+        if self.startup is not None and ages_s is not None:
+            young = self.startup
+            out = [young.limit_pkts if age < young.seconds else lim for lim, age in zip(out, ages_s, strict=True)]
+        return out
 
 
 def input_names(with_derived: bool = False, with_empty: bool = False) -> tuple[str, ...]:
@@ -267,10 +316,11 @@ def input_names(with_derived: bool = False, with_empty: bool = False) -> tuple[s
 def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequence[np.ndarray],
                interval_s: float, leak: float = 0.01, training: Mapping[str, Any] | None = None,
                evaluation: Mapping[str, Any] | None = None, with_derived: bool = False,
-               with_empty: bool = False) -> str:
+               with_empty: bool = False, startup: Startup | None = None) -> str:
     """Write an actor file; returns its checksum.  *with_derived*, *with_empty*: the network also takes the
     30 :data:`DERIVED_FEATURES`, then the 10 :data:`EMPTY_FEATURES`, after the 60 (the file's ``features``
-    lists its inputs: :func:`input_names`)."""
+    lists its inputs: :func:`input_names`).  *startup*: a young flow's limit (:class:`Startup`; the file
+    has no ``startup`` key without one, as before it existed)."""
     doc: dict[str, Any] = {
         "format": ACTOR_FORMAT, "version": ACTOR_VERSION,
         "features": list(input_names(with_derived, with_empty)),
@@ -282,6 +332,8 @@ def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Seque
         "training": plain_json(training),
         "evaluation": plain_json(evaluation),
     }
+    if startup is not None:
+        doc["startup"] = startup.as_dict()
     return write_signed(path, doc)
 
 
@@ -326,5 +378,11 @@ def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
     interval = float(doc["interval_s"])
     if not 0.001 <= interval <= 10.0:
         raise ActorError(f"{p}: interval_s {interval} is outside 0.001..10 s")
+    startup = None
+    if doc.get("startup") is not None:
+        try:
+            startup = Startup(seconds=float(doc["startup"]["seconds"]), limit_pkts=int(doc["startup"]["limit_pkts"]))
+        except ValueError as e:
+            raise ActorError(f"{p}: startup: {e}; train it again") from None
     return Actor(kernels, biases, interval, float(net.get("leak", 0.01)), doc.get("training", {}),
-                 doc.get("evaluation", {}), p, str(doc["checksum"]), with_derived, with_empty)
+                 doc.get("evaluation", {}), p, str(doc["checksum"]), with_derived, with_empty, startup)

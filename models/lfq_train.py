@@ -2,8 +2,10 @@
 
     python -m ccswitch.models.lfq_train collect --episodes 200 [--data results/lfq/train.jsonl]
         [--actor models/lfq_actor.json --pre actor --explore around] [--seed 1] [--sender linux]
+        [--startup LIMIT:SECONDS]
     python -m ccswitch.models.lfq_train train [--data results/lfq/train.jsonl [--data round2.jsonl]]
-        [--derived] [--empty] [--reward paper|delay] [--out models/lfq_actor.json]
+        [--derived] [--empty] [--reward paper|paper-share|delay] [--critic router|privileged]
+        [--out models/lfq_actor.json]
         [--plot docs/network/lfq-training.png] [--seed 1]
 
 **Paper 001's online learning** (section VI): an actor network outputs each
@@ -17,7 +19,7 @@ critic's prediction, towards the opposite one if not.  Batch 40, ~10^5 flows.
 real time, ~8 s per episode of 3 flows, so ~10^3 flows in an hour, not 10^5):
 
 1. *collect* (``envs/lfq_env.py``): every flow's experiment draws its limit
-   log-uniformly in 1..256 (or around the actor's, ``--explore around``)
+   log-uniformly in 1..256 (or 1/4..4 BDP, ``--explore bdp``; or around the actor's, ``--explore around``)
    instead of +-1, so that every sample says something about the whole range;
    samples go to a JSON-lines file (appended: collection is resumable and
    rounds accumulate).
@@ -33,6 +35,17 @@ real time, ~8 s per episode of 3 flows, so ~10^3 flows in an hour, not 10^5):
    samples); the actor maximises their mean minus PESSIMISM x their spread, so
    it avoids limits where the few samples disagree (a standard guard of
    offline actor-critic against the actor exploiting the critic's errors).
+
+``train --critic privileged`` (an asymmetric actor-critic, Pinto et al. 2018): the critics see the
+flow's draw (bandwidth, RTT, CCA, experiment time: lfq_ceiling.privileged_inputs) instead of the
+router's features; the actor still sees only the router's inputs and is trained through those critics
+as above.  The draw is known when training, never at run time, and it explains most of the reward that
+the features explain only through ~10^3 noisy samples (held-out MSE about half the router critics'),
+so the gradient the actor follows is far less noisy.  The actor file and the router side are unchanged.
+
+``collect --startup 8:1`` holds every flow at 8 packets until it is 1 s old and puts its experiment after
+that (a deviation: lfq_actor's "Start-up"); ``train`` writes the samples' start-up into the actor file, so
+the router applies the start-up the actor was trained behind (samples of different start-ups: one error line).
 
 ``--reward delay`` trains on lfq_actor.delay_reward instead of paper 001's reward (a deviation, not the
 shipped actor's: docs/network/lfq.md "More data"); ``--reward paper-share`` on paper 001's reward divided by the
@@ -57,6 +70,7 @@ from .lfq_actor import (
     EMPTY_FEATURES,
     KAPPA,
     OBS_FEATURES,
+    Startup,
     action_for,
     derived,
     input_names,
@@ -71,6 +85,7 @@ from .lfq_ceiling import (
     delay_reward_at,
     limit_stats,
     loss_based_slot,
+    privileged_inputs,
     samples_sender,
 )
 
@@ -100,11 +115,14 @@ HP: dict[str, Any] = {
 
 
 def collect(episodes: int, data: Path, *, actor_path: Path | None, pre: str, explore: str, seed: int,
-            sender: str = "linux") -> None:
+            sender: str = "linux", startup: Startup | None = None) -> None:
+    """*startup*: the young flows' limit (None: the actor's, if it has one, else none)."""
     from ccswitch.envs.lfq_env import LfqEpisodes
     from ccswitch.testbed.runs.tcp_senders import held_loss_based
 
     actor = load_actor(actor_path) if actor_path else None
+    if startup is None and actor is not None:
+        startup = actor.startup
     data.parent.mkdir(parents=True, exist_ok=True)
     done = sum(1 for _ in data.open()) if data.is_file() else 0
     t0 = time.monotonic()
@@ -112,7 +130,7 @@ def collect(episodes: int, data: Path, *, actor_path: Path | None, pre: str, exp
     with held_loss_based(sender), LfqEpisodes(flows_per_run=HP["flows_per_run"], interval_s=HP["interval_s"],
                            seed=seed * 100_003 + done, sender=sender) as env, data.open("a") as out:
         for i in range(1, episodes + 1):
-            samples = env.episode(actor=actor, pre=pre, explore=explore)
+            samples = env.episode(actor=actor, pre=pre, explore=explore, startup=startup)
             for s in samples:
                 s["pre"], s["explore"] = pre, explore
                 out.write(json.dumps(s) + "\n")
@@ -187,6 +205,22 @@ but the critics no longer spend their fit on the spread of b between flows, whic
 variance; ``delay``: lfq_actor.delay_reward (a deviation)."""
 
 
+def samples_startup(rows: list[dict[str, Any]], files: list[Path]) -> Startup | None:
+    """The start-up all samples were collected behind (None: none); samples of several: one error line."""
+    kinds = {json.dumps(r.get("startup"), sort_keys=True) for r in rows}
+    if len(kinds) > 1:
+        raise SystemExit(f"lfq train: the samples in {', '.join(map(str, files))} were collected behind different "
+                         f"start-ups ({', '.join(sorted(kinds))}); an actor is trained behind one: give only the "
+                         f"files of one --startup")
+    one = rows[0].get("startup") if rows else None
+    return Startup(seconds=float(one["seconds"]), limit_pkts=int(one["limit_pkts"])) if one else None
+
+
+CRITIC_INPUTS = ("router", "privileged")
+"""What the critics see of a state (``train --critic``): the actor's inputs, or the flow's draw
+(lfq_ceiling.privileged_inputs: bandwidth, RTT, CCA, experiment time) -- an asymmetric actor-critic."""
+
+
 def sample_reward(row: dict[str, Any], kind: str) -> float:
     """The reward a logged experiment is trained on (REWARDS)."""
     if kind == "paper":
@@ -197,7 +231,7 @@ def sample_reward(row: dict[str, Any], kind: str) -> float:
 
 
 def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, with_derived: bool = False,
-          with_empty: bool = False, reward_kind: str = "paper") -> dict[str, Any]:
+          with_empty: bool = False, reward_kind: str = "paper", critic_inputs: str = "router") -> dict[str, Any]:
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -205,6 +239,7 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
     tf.keras.utils.set_random_seed(seed)
     files = [data] if isinstance(data, Path) else list(data)
     rows = [r for f in files for r in load_samples(f)]
+    startup = samples_startup(rows, files)
     other = loss_based_slot(rows)  # BIC samples: stats and plot in the "cubic" slot, named BIC
     obs = np.array([r["obs"] for r in rows], dtype=np.float32)
     assert obs.shape[1] == len(OBS_FEATURES)
@@ -213,6 +248,8 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
     if with_empty:  # then the 10 empty_frac inputs, logged beside obs since linkemu reports them
         obs = np.concatenate([obs, empty_columns(rows, files)], axis=1)
     n_in = obs.shape[1]
+    # The critics' view of a state (CRITIC_INPUTS): the actor's inputs, or the flow's draw (privileged).
+    crit = obs if critic_inputs == "router" else privileged_inputs(rows)
     act = np.array([[action_for(r["limit_exp"])] for r in rows], dtype=np.float32)
     rew = np.array([[sample_reward(r, reward_kind)] for r in rows], dtype=np.float32)
     rng = np.random.default_rng(seed)
@@ -221,12 +258,12 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
     val, tr = idx[:n_val], idx[n_val:]
     # Rewards are ~0..3 (paper: bytes/s / 1e6) or ~-1..1 (delay): centred for the critics' output layer.
     r_mean = float(rew[tr].mean())
-    x = np.concatenate([obs, act], axis=1)
+    x = np.concatenate([crit, act], axis=1)
 
     critics, curves = [], {"critic_train": [], "critic_val": [], "actor_objective": []}
     for c in range(HP["critics"]):
         boot = rng.choice(tr, size=len(tr), replace=True)
-        q = _mlp(tf, n_in + 1, None, seed + 1 + c)
+        q = _mlp(tf, crit.shape[1] + 1, None, seed + 1 + c)
         tr_curve, va_curve = _fit_critic(tf, q, x[boot], rew[boot] - r_mean, x[val], rew[val] - r_mean, rng)
         critics.append(q)
         curves["critic_train"].append(tr_curve)
@@ -237,13 +274,13 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
 
     actor = _mlp(tf, n_in, "tanh", seed)
     opt = tf.keras.optimizers.Adam(HP["actor_lr"])
-    states = tf.constant(obs[tr])
+    states, crit_states = tf.constant(obs[tr]), tf.constant(crit[tr])
 
     @tf.function
-    def actor_step(s: Any) -> Any:
+    def actor_step(s: Any, cs: Any) -> Any:
         with tf.GradientTape() as tape:
             a = actor(s, training=True)
-            xa = tf.concat([s, a], axis=1)
+            xa = tf.concat([cs, a], axis=1)
             qs = tf.stack([q(xa, training=False) for q in critics], axis=0)
             objective = tf.reduce_mean(tf.reduce_mean(qs, axis=0) - HP["pessimism"] * tf.math.reduce_std(qs, axis=0))
             loss = -objective
@@ -254,7 +291,8 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
     n = len(tr)
     for _ in range(HP["actor_epochs"]):
         perm = rng.permutation(n)
-        objs = [float(actor_step(tf.gather(states, perm[i:i + HP["batch"]]))) for i in range(0, n, HP["batch"])]
+        batches = (perm[i:i + HP["batch"]] for i in range(0, n, HP["batch"]))
+        objs = [float(actor_step(tf.gather(states, b), tf.gather(crit_states, b))) for b in batches]
         curves["actor_objective"].append(float(np.mean(objs)) + r_mean)
     print(f"lfq train: actor objective {curves['actor_objective'][-1]:.4f}", file=sys.stderr, flush=True)
 
@@ -268,13 +306,14 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
                 "data": ", ".join(str(f) for f in files), "seed": seed,
                 "inputs": len(input_names(with_derived, with_empty)),
                 "rounds": sorted({f"{r.get('pre', 'random')}/{r.get('explore', 'uniform')}" for r in rows}),
-                "algorithm": "offline actor-critic (module docstring)",
+                "algorithm": "offline actor-critic (module docstring)"
+                             + (", privileged critics" if critic_inputs == "privileged" else ""),
                 "reward": reward_kind if reward_kind != "delay" else f"{reward_kind} (kappa {KAPPA:g})",
                 "fit_on_training_states": fit,
                 "critic_val_mse_last": [c[-1] if c else None for c in curves["critic_val"]],
                 "reward_var_val": float(rew[val].var()) if n_val else None}
     checksum = save_actor(out, kernels=kernels, biases=biases, interval_s=HP["interval_s"], leak=HP["leak"],
-                          training=training, with_derived=with_derived, with_empty=with_empty)
+                          training=training, with_derived=with_derived, with_empty=with_empty, startup=startup)
     print(f"lfq train: wrote {out} ({checksum}); on the training states: {fit}", file=sys.stderr)
     if plot is not None:
         _plot(plot, curves, rows, limits, other.lower())
@@ -323,6 +362,13 @@ def _plot(path: Path, curves: dict[str, Any], rows: list[dict[str, Any]], limits
     plt.close(fig)
 
 
+def _startup_arg(text: str) -> Startup:
+    try:
+        return Startup.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     from ccswitch.testbed.runs.tcp_senders import SENDERS
 
@@ -334,11 +380,15 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--actor", type=Path, default=None)
     c.add_argument("--pre", choices=("random", "bdp", "actor"), default="random",
                    help="behaviour limit before t_e: log-uniform 1..256, log-uniform 1/4..2.8 BDP, or the actor's")
-    c.add_argument("--explore", choices=("uniform", "around"), default="uniform")
+    c.add_argument("--explore", choices=("uniform", "bdp", "around"), default="uniform",
+                   help="the experiment's limit: log-uniform 1..256, log-uniform 1/4..4 BDP, or around the actor's")
     c.add_argument("--seed", type=int, default=1)
     c.add_argument("--sender", choices=list(SENDERS), default="linux",
                    help="the clients' TCP (testbed/runs/tcp_senders.py): SACK per CCA, and CUBIC (linux, "
                         "no-sack) or BIC (bpf/bic.bpf.c; the others) for the paper's BIC")
+    c.add_argument("--startup", type=_startup_arg, default=None, metavar="LIMIT:SECONDS",
+                   help="hold each flow at LIMIT packets until it is SECONDS old, experiment after that "
+                        "(default: the --actor's start-up, else none)")
     t = sub.add_parser("train", help="fit critics and actor on the samples, write the actor file")
     t.add_argument("--data", type=Path, action="append", default=None,
                    help=f"a samples file; repeat for several rounds (default {DEFAULT_DATA})")
@@ -346,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also feed the 30 derived inputs (lfq_actor.derived; not in paper 001)")
     t.add_argument("--empty", action="store_true",
                    help="also feed the 10 empty_frac inputs (lfq_actor.empty_inputs; not in paper 001)")
+    t.add_argument("--critic", choices=CRITIC_INPUTS, default="router",
+                   help="the critics' inputs: the actor's (router), or the flow's bandwidth, RTT, CCA and "
+                        "experiment time (privileged: an asymmetric actor-critic; the actor still sees the router's)")
     t.add_argument("--out", type=Path, default=DEFAULT_OUT)
     t.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
     t.add_argument("--seed", type=int, default=1)
@@ -363,11 +416,11 @@ def main(argv: list[str] | None = None) -> int:
 
         with sigterm_as_exit():  # kill tears the episode's namespaces and linkemu down
             collect(a.episodes, a.data, actor_path=a.actor, pre=a.pre, explore=a.explore, seed=a.seed,
-                    sender=a.sender)
+                    sender=a.sender, startup=a.startup)
     else:
         try:
             train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived, with_empty=a.empty,
-                  reward_kind=a.reward)
+                  reward_kind=a.reward, critic_inputs=a.critic)
         except MixedSamplesError as e:
             ap.error(str(e))
     return 0

@@ -32,6 +32,7 @@ from ccswitch.models.lfq_actor import (
     EMPTY_FEATURES,
     OBS_FEATURES,
     ActorError,
+    Startup,
     action_for,
     derived,
     empty_inputs,
@@ -50,13 +51,13 @@ PAPER_SENDER = REPO / "models" / "lfq_actor_paper_sender.json"
 """The actor for paper 001's own sender (NewReno without SACK, BIC; 90 inputs): its reproduction's actor."""
 
 
-def _rate_actor(path: Path) -> None:
+def _rate_actor(path: Path, startup: Startup | None = None) -> None:
     """a = tanh(2 * out_rate_pps[0] / 1000 - 1.5): 0 pps -> a -0.91 -> limit 1-2; 1650 pps (20 Mbit/s)
     -> a 0.96 -> limit ~230.  One hidden layer of 1 unit (leaky ReLU is the identity for x > 0)."""
     k0 = np.zeros((len(OBS_FEATURES), 1), np.float32)
     k0[OBS_FEATURES.index("out_rate_pps[0]"), 0] = 2.0  # the input is already / 1000
     save_actor(path, kernels=[k0, np.ones((1, 1), np.float32)], biases=[np.zeros(1, np.float32),
-               np.array([-1.5], np.float32)], interval_s=0.01)
+               np.array([-1.5], np.float32)], interval_s=0.01, startup=startup)
 
 
 # ------------------------------------------------------------- no kernel ---
@@ -131,8 +132,9 @@ def test_empty_inputs_and_an_actor_that_takes_them_after_the_derived(tmp_path: P
 
 def test_behaviour_limits_around_the_bdp() -> None:
     """``collect --pre bdp``: the limit before t_e is the flow's BDP x 2**U[-2, 1.5] (rounded, 1..256); the
-    other behaviours are unchanged (``random``: log-uniform 1..256, ``actor``: 0, the actor sets it)."""
-    from ccswitch.envs.lfq_env import PRE_BDP_OCTAVES, draw_flow
+    other behaviours are unchanged (``random``: log-uniform 1..256, ``actor``: 0, the actor sets it).  Likewise
+    ``--explore bdp`` for the experiment's limit, 2**U[-2, 2]."""
+    from ccswitch.envs.lfq_env import EXPLORE_BDP_OCTAVES, PRE_BDP_OCTAVES, draw_flow
 
     rng = np.random.default_rng(3)
     ratios = []
@@ -145,6 +147,63 @@ def test_behaviour_limits_around_the_bdp() -> None:
     assert 0.4 < float(np.mean(np.log2(ratios) < 0)) < 0.7  # 2 of the 3.5 octaves lie below one BDP
     assert draw_flow(rng, 20.0, pre="actor").limit_pre == 0
     assert all(1 <= draw_flow(rng, 20.0).limit_pre <= 256 for _ in range(50))
+    # explore="bdp": the experiment's limit is the BDP x 2**U[-2, 2]; "around" leaves it to the actor (0).
+    exp = [(d.limit_exp, 20e6 / 8 * d.rtt_ms / 1e3 / 1500) for d in (draw_flow(rng, 20.0, explore="bdp")
+                                                                      for _ in range(400))]
+    lo, hi = 2.0 ** EXPLORE_BDP_OCTAVES[0], 2.0 ** EXPLORE_BDP_OCTAVES[1]
+    assert all(lo * b - 0.5 <= e <= hi * b + 0.5 for e, b in exp)  # rounded to whole packets
+    assert min(e / b for e, b in exp) < lo * 1.3 and max(e / b for e, b in exp) > hi * 0.8  # the whole range
+    assert draw_flow(rng, 20.0, explore="around").limit_exp == 0
+
+
+def test_startup_limit_holds_young_flows_only(tmp_path: Path) -> None:
+    """An actor with a start-up gives a flow younger than its seconds the start-up limit, an older one (or one
+    whose age is not given) the network's; the file carries it (and an actor without one has no key, so
+    older files load unchanged); a bad one in a file or on a command line is one line."""
+    from ccswitch.envs.lfq_env import draw_flow
+
+    _rate_actor(tmp_path / "s.json", Startup(seconds=1.0, limit_pkts=8))
+    a = load_actor(tmp_path / "s.json")
+    fast = {"out_rate_pps": [1650.0] * 10}
+    net = a.limits([{}, fast])  # what the network alone gives: 1-2 packets idle, >= 200 at 20 Mbit/s
+    assert net[0] <= 2 and net[1] >= 200
+    assert a.limits([{}, fast], [0.0, 0.999]) == [8, 8]
+    assert a.limits([{}, fast], [1.0, 3.0]) == net
+    assert a.limits([{}, fast], [0.5, 3.0]) == [8, net[1]]
+    assert json.loads((tmp_path / "s.json").read_text())["startup"] == {"seconds": 1.0, "limit_pkts": 8}
+    _rate_actor(tmp_path / "n.json")
+    assert "startup" not in json.loads((tmp_path / "n.json").read_text())
+    assert load_actor(tmp_path / "n.json").limits([{}], [0.0]) == [net[0]]
+    doc = json.loads((tmp_path / "s.json").read_text())
+    doc["startup"]["limit_pkts"] = 0
+    write_signed(tmp_path / "s.json", doc)
+    with pytest.raises(ActorError) as e:
+        load_actor(tmp_path / "s.json")
+    assert "startup: start-up limit must be 1..256 packets, got 0" in str(e.value) and "\n" not in str(e.value)
+    for bad, words in (("8", "expected LIMIT:SECONDS"), ("8:0", "seconds must be in (0, 10]"),
+                       ("x:1", "expected LIMIT:SECONDS"), ("300:1", "1..256 packets")):
+        with pytest.raises(ValueError, match=words.replace("(", r"\(").replace("]", r"\]")):
+            Startup.parse(bad)
+    assert Startup.parse("16:0.5") == Startup(seconds=0.5, limit_pkts=16)
+    # The episodes put every experiment after the start-up (the rest of the draw is unchanged).
+    rng = np.random.default_rng(5)
+    ts = [draw_flow(rng, 10.0, startup=Startup(1.0, 8)) for _ in range(300)]
+    assert all(1.0 <= d.t_exp_s <= d.duration_s / 2 for d in ts)
+    assert min(d.t_exp_s for d in ts) < 1.1  # drawn from the start-up's end on, not later
+    assert min(draw_flow(rng, 10.0).t_exp_s for _ in range(300)) < 0.1  # without one: from the flow's start
+
+
+def test_samples_of_different_startups_are_refused(tmp_path: Path) -> None:
+    """train writes the samples' start-up into the actor; samples behind different ones are one line."""
+    from ccswitch.models.lfq_train import samples_startup
+
+    rows = [{"startup": {"seconds": 1.0, "limit_pkts": 8}}] * 2
+    assert samples_startup(rows, [tmp_path / "a.jsonl"]) == Startup(1.0, 8)
+    assert samples_startup([{}, {"startup": None}], [tmp_path / "a.jsonl"]) is None  # older samples: none
+    with pytest.raises(SystemExit) as e:
+        samples_startup([*rows, {}], [tmp_path / "a.jsonl", tmp_path / "b.jsonl"])
+    msg = str(e.value)
+    assert "different start-ups" in msg and "b.jsonl" in msg and "\n" not in msg
 
 
 @pytest.mark.parametrize(("edit", "words"), [
@@ -271,6 +330,24 @@ def test_agent_sets_limits_that_follow_the_flow(sock_dir: Path, iperf3: str) -> 
     data = max(final["flows"], key=lambda f: f["packets_in"])
     assert data["limit_pkts"] >= 150 and final["limit_sets"] >= 2, (data["limit_pkts"], final["limit_sets"])
     assert loop.sets >= 2
+
+
+@pytest.mark.kernel
+def test_agent_holds_the_startup_limit_while_the_flow_is_young(sock_dir: Path, iperf3: str) -> None:
+    """The same rate actor with a start-up of 40 packets for 1 s: linkemu's ``age_s`` reaches the loop, every
+    limit it sets in the flow's first 0.5 s is 40 (the network alone gives 1-4 there: the test above), and
+    after the start-up the network's (>= 150 at 20 Mbit/s)."""
+    _rate_actor(sock_dir / "rate-s.json", Startup(seconds=1.0, limit_pkts=40))
+    trace, final, loop = _flow_through_lfq(sock_dir / "rate-s.json", sock_dir, 3.0)
+    assert loop.error is None and loop.steps > 100, (loop.error, loop.steps)
+    tcp = [(t, lims) for t, _, _, lims in trace if lims]
+    t0 = tcp[0][0]
+    young = [v for t, lims in tcp if t < t0 + 0.5 for v in lims.values()]
+    assert young and set(young) == {40}, sorted(set(young))
+    lasts = [max(lims.values()) for _, lims in tcp[-20:]]
+    assert min(lasts) >= 150, lasts
+    data = max(final["flows"], key=lambda f: f["packets_in"])
+    assert data["age_s"] > 1.0 and data["limit_pkts"] >= 150, (data["age_s"], data["limit_pkts"])
 
 
 @pytest.mark.kernel

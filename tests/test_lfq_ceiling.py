@@ -140,3 +140,39 @@ def test_samples_keep_one_sender_profile(tmp_path) -> None:
     assert p.returncode == 2 and p.stderr.count("\n") <= 2, p.stderr
     assert "holds samples of sender no-sack-reno-bic, not bic: give --sender no-sack-reno-bic" in p.stderr
     assert f.read_text() == text
+
+
+def test_privileged_critics_teach_the_actor_what_the_router_sees(tmp_path, monkeypatch) -> None:
+    """``train --critic privileged`` (an asymmetric actor-critic): the critics see the flow's draw, the actor
+    only the router's 60 inputs.  Synthetic experiments as above (Reno's best limit 1 BDP, CUBIC's 0.43), whose
+    features carry the bandwidth (out_rate_pps), the RTT (since_loss_s) and the CCA (queue_std_pkts) as a
+    router could estimate them: the actor must give Reno about 2.3x CUBIC's limit and follow the BDP.  The
+    router-input critics must learn the same from the features; the privileged ones only from the draw.
+    Tolerances: 2 critics, 600 noisy samples, as the ceiling tests (+-25 % on the ratio)."""
+    from ccswitch.models import lfq_train
+    from ccswitch.models.lfq_actor import OBS_FEATURES, load_actor
+
+    monkeypatch.setitem(lfq_train.HP, "critics", 2)
+    monkeypatch.setitem(lfq_train.HP, "critic_epochs", 60)
+    monkeypatch.setitem(lfq_train.HP, "actor_epochs", 120)
+    rows = _rows(1.0, 0.43)
+    idx = {n: OBS_FEATURES.index(f"{n}[0]") for n in ("out_rate_pps", "since_loss_s", "queue_std_pkts")}
+    for i, r in enumerate(rows):
+        obs = np.zeros(len(OBS_FEATURES))
+        d = r["draw"]
+        obs[idx["out_rate_pps"]] = d["bandwidth_mbit"] * 1e6 / 8 / 1500 / 1000  # scaled as observation()
+        obs[idx["since_loss_s"]] = d["rtt_ms"] / 25.0
+        obs[idx["queue_std_pkts"]] = 1.0 if d["cca"] == "reno" else 0.0
+        r.update(obs=obs.tolist(), reward=reward_at(r, ALPHA), episode=i, t=0.0, sender="linux")
+    f = tmp_path / "s.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    info = lfq_train.train([f], tmp_path / "a.json", None, 1, critic_inputs="privileged")
+    assert "privileged critics" in info["algorithm"]
+    actor = load_actor(tmp_path / "a.json")
+    lims = np.array(actor.act_batch(np.array([r["obs"] for r in rows], np.float32)))
+    lims = np.array([2.0 ** (4 * (a + 1)) for a in lims])
+    reno = np.array([r["draw"]["cca"] == "reno" for r in rows])
+    bdp = np.array([r["bdp_pkts"] for r in rows])
+    ratio = lims[reno].mean() / lims[~reno].mean()
+    assert 1.7 <= ratio <= 3.0, ratio
+    assert np.corrcoef(bdp[reno], lims[reno])[0, 1] >= 0.8

@@ -12,7 +12,9 @@ network every 10th packet, 5..24 ms at 25..5 Mbit/s):
 
 1. ``state`` of the direction, only its ``flows`` (each active flow's queue,
    5-tuple, limit, backlog, counters and the paper's 60 features);
-2. one batched forward pass of the actor over all flows -> a limit per flow;
+2. one batched forward pass of the actor over all flows -> a limit per flow
+   (a flow younger than the actor's start-up, if it has one, gets the start-up limit:
+   :class:`ccswitch.models.lfq_actor.Startup`);
 3. one ``set`` with the flows whose limit changes (none: no request).
 
 A flow that ends between 1 and 3 makes linkemu refuse the whole set ("no active
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -70,7 +73,8 @@ class AgentLoop(RouterAgentLoop):
         st = self._ctl.state(self.direction, fields=STATE_FIELDS)
         d = st[self.direction]
         flows = d.get("flows") or []
-        limits = self.actor.limits([f.get("features") or {} for f in flows])
+        limits = self.actor.limits([f.get("features") or {} for f in flows],
+                                   [float(f.get("age_s", math.inf)) for f in flows])
         changes = [{"queue": f["queue"], "limit_pkts": lim} for f, lim in zip(flows, limits, strict=True)
                    if lim != f.get("limit_pkts")]
         if changes:
