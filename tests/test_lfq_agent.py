@@ -49,6 +49,10 @@ REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "models" / "lfq_actor.json"
 PAPER_SENDER = REPO / "models" / "lfq_actor_paper_sender.json"
 """The actor for paper 001's own sender (NewReno without SACK, BIC; 90 inputs): its reproduction's actor."""
+PAPER_SENDER_STARTUP = REPO / "models" / "lfq_actor_paper_sender_startup.json"
+"""The same sender's actor behind a start-up limit, trained with privileged critics (100 inputs)."""
+ACTORS = [SHIPPED, PAPER_SENDER, PAPER_SENDER_STARTUP]
+ACTOR_IDS = ["shipped", "paper-sender", "paper-sender-startup"]
 
 
 def _rate_actor(path: Path, startup: Startup | None = None) -> None:
@@ -274,10 +278,11 @@ def test_scenario_selects_the_agent_and_checks_it(tmp_path: Path) -> None:
         parse_scenario(lone, "t.toml", base_dir=tmp_path)
 
 
-@pytest.mark.parametrize("path", [SHIPPED, PAPER_SENDER], ids=["shipped", "paper-sender"])
+@pytest.mark.parametrize("path", ACTORS, ids=ACTOR_IDS)
 def test_shipped_actor_loads(path: Path) -> None:
     a = load_actor(path)
     assert a.interval_s == 0.01 and a.training.get("samples", 0) > 0
+    assert (a.startup is not None) == (path == PAPER_SENDER_STARTUP)
 
 
 # ------------------------------------------------------------------ kernel ---
@@ -351,7 +356,7 @@ def test_agent_holds_the_startup_limit_while_the_flow_is_young(sock_dir: Path, i
 
 
 @pytest.mark.kernel
-@pytest.mark.parametrize("path", [SHIPPED, PAPER_SENDER], ids=["shipped", "paper-sender"])
+@pytest.mark.parametrize("path", ACTORS, ids=ACTOR_IDS)
 def test_shipped_actor_runs_the_loop(path: Path, sock_dir: Path, iperf3: str) -> None:
     _trace, final, loop = _flow_through_lfq(path, sock_dir, 2.5)
     assert loop.error is None and loop.steps > 80 and final["limit_sets"] >= 1, (loop.error, final["limit_sets"])

@@ -46,6 +46,22 @@ def test_pooled_is_the_draws_taken_together(tmp_path: Path) -> None:
     assert "| LFQ / FQ-CoDel throughput >= 0.95 | 0.900 (" in text and doc.with_suffix(".png").stat().st_size > 0
 
 
+def test_seed_pages_count_only_the_baselines_that_ran(tmp_path: Path) -> None:
+    """Folders with FQ-CoDel as their only baseline (an actor's lfq runs beside earlier FQ-CoDel runs): the
+    page counts its 3 numbers against the paper's, not 9."""
+    import shutil
+
+    _write_seed(tmp_path / "s1", 3, lfq_tput=9.0, bw=10.0)
+    for arm in ("fq-100", "fq-1000"):
+        shutil.rmtree(tmp_path / "s1" / arm)
+    report_seeds({"seed 1": tmp_path / "s1"}, tmp_path / "one.md")
+    assert "Baseline numbers (fq_codel) within 15 % of the paper's table (of 3): seed 1 " in \
+        (tmp_path / "one.md").read_text()
+    _write_seed(tmp_path / "s2", 3, lfq_tput=9.0, bw=10.0)
+    report_seeds({"seed 1": tmp_path / "s2"}, tmp_path / "all.md")
+    assert "(fq-100, fq-1000, fq_codel) within 15 % of the paper's table (of 9)" in (tmp_path / "all.md").read_text()
+
+
 def test_report_seeds_command_line_errors_are_one_line(tmp_path: Path) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "ccswitch.testbed.lfq_reproduction", "report-seeds", *args],
