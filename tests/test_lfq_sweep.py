@@ -65,6 +65,15 @@ def test_a_limit_blind_to_the_rtt_fails_the_delay_target(tmp_path: Path) -> None
     assert s["ratio"] == pytest.approx(1.0, abs=0.05)
     text = (tmp_path / "sweep.md").read_text()
     assert "with the bandwidth" in text and "(met); with the delay" in text and "**not met**" in text
+    assert "the LFQ actor, 3 flow(s) per point" in text  # runs without a checksum: no actor named
+
+
+def test_the_sweep_page_names_the_actor_of_its_runs(tmp_path: Path) -> None:
+    _write(tmp_path, {"reno": lambda b, t: 8 + b / 5, "bic": lambda b, t: 8 + b / 5})
+    for f in (tmp_path / "lfq").glob("run-*.json"):
+        f.write_text(json.dumps({**json.loads(f.read_text()), "actor_checksum": "sha256:0123456789abcdef"}))
+    report_sweep(tmp_path, tmp_path / "sweep.md")
+    assert "LFQ actor sha256:01234567…, 3 flow(s)" in (tmp_path / "sweep.md").read_text()
 
 
 def test_sweep_command_line_errors_are_one_line(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .lfq_reproduction import bdp_packets, fmt, pearson
+from .lfq_reproduction import actors, bdp_packets, fmt, pearson
 
 PAPER_TABLE_I = {"reno": {"bandwidth_mbit": 0.983, "rtt_ms": 0.991}, "bic": {"bandwidth_mbit": 0.802, "rtt_ms": 0.902}}
 """Paper 001 Table I (alpha of section V-A): correlation of the output limit with the bandwidth and the delay."""
@@ -56,7 +56,8 @@ def summarise_sweep(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per CCA (as run: reno, cubic or bic) and swept variable: points, correlations; per CCA: mean limit."""
     ccas = sorted({r["cca"] for r in runs}, key=lambda c: (c != "reno", c))
     out: dict[str, Any] = {"ccas": ccas, "sender": ", ".join(sorted({str(r.get("sender", "linux")) for r in runs})),
-                           "reps": max((int(r.get("rep", 1)) for r in runs), default=0), "per_cca": {}}
+                           "reps": max((int(r.get("rep", 1)) for r in runs), default=0), "per_cca": {},
+                           "actors": actors({"lfq": {r["i"]: r for r in runs}})}
     for cca in ccas:
         mine = [r for r in runs if r["cca"] == cca]
         per: dict[str, Any] = {"mean_limit": float(np.mean([r["limit_late"] for r in mine])), "n": len(mine)}
@@ -83,7 +84,8 @@ def summarise_sweep(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def sweep_markdown(s: dict[str, Any], png: str) -> str:
     ccas = s["ccas"]
-    lines = [f"Sender **{s['sender']}** (testbed/runs/tcp_senders.py), the shipped actor, "
+    actor = f"LFQ actor {', '.join(s['actors'])}" if s.get("actors") else "the LFQ actor"
+    lines = [f"Sender **{s['sender']}** (testbed/runs/tcp_senders.py), {actor}, "
              f"{s['reps']} flow(s) per point; one flow per run, 5 s.  Bandwidth swept at a 15 ms RTT, the RTT at "
              "15 Mbit/s.  Limit = the mean of what the agent set over the flow's second half.", "",
              "**Table I** (correlation of the learned limit with the swept variable; paper 001's is one output "
