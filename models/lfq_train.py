@@ -58,6 +58,7 @@ Every hyperparameter is in :data:`HP`.  The actor file
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -234,8 +235,9 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
           with_empty: bool = False, reward_kind: str = "paper", critic_inputs: str = "router") -> dict[str, Any]:
     import tensorflow as tf
 
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    with contextlib.suppress(RuntimeError):  # TF already initialised by the caller (e.g. a test session)
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.keras.utils.set_random_seed(seed)
     files = [data] if isinstance(data, Path) else list(data)
     rows = [r for f in files for r in load_samples(f)]
