@@ -218,8 +218,7 @@ class LfqEpisodes:
                 ep.enter_context(IperfFlow(topo.clients[i], topo.server_addr, FIRST_PORT + i, cca=d.cca,
                                            seconds=d.duration_s, interval=1.0))
             self._loop(ctl, tracks, actor, startup)
-        return [{**self._sample(t, b), "startup": startup.as_dict() if startup else None}
-                for t in tracks if t.obs is not None and t.out_end is not None]
+        return [self._sample(t, b, startup) for t in tracks if t.obs is not None and t.out_end is not None]
 
     def _loop(self, ctl: Any, tracks: list[_Track], actor: Actor | None, startup: Startup | None) -> None:
         deadline = time.monotonic() + max(t.draw.duration_s for t in tracks) + 3.0
@@ -270,7 +269,7 @@ class LfqEpisodes:
             next_t += self.interval_s
             time.sleep(max(next_t - time.monotonic(), 0.0))
 
-    def _sample(self, t: _Track, b_mbit: float) -> dict[str, Any]:
+    def _sample(self, t: _Track, b_mbit: float, startup: Startup | None) -> dict[str, Any]:
         d = t.draw
         span = max(d.duration_s - d.t_exp_s, 1e-3)
         assert t.out_end is not None
@@ -282,7 +281,7 @@ class LfqEpisodes:
                 "limit_before": t.limit_at_exp_before, "throughput_mbit": round(thr * 8 / 1e6, 4),
                 "mean_queue_pkts": round(q, 3), "reward": round(reward(thr, q), 5),
                 "bdp_pkts": round(bdp_pkts(b_mbit, d.rtt_ms), 3), "episode": self.episodes,
-                "sender": self.sender,
+                "sender": self.sender, "startup": startup.as_dict() if startup else None,
                 "t": time.time()}
 
 

@@ -168,7 +168,12 @@ class Startup:
         return cls(seconds=seconds, limit_pkts=limit_pkts)
 
     def as_dict(self) -> dict[str, Any]:
+        """The form an actor file and a training sample keep it in (:meth:`from_dict` reads it back)."""
         return {"seconds": self.seconds, "limit_pkts": self.limit_pkts}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> Startup:
+        return cls(seconds=float(doc["seconds"]), limit_pkts=int(doc["limit_pkts"]))
 
 
 def observation(features: Mapping[str, Sequence[float]]) -> np.ndarray:
@@ -381,7 +386,7 @@ def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
     startup = None
     if doc.get("startup") is not None:
         try:
-            startup = Startup(seconds=float(doc["startup"]["seconds"]), limit_pkts=int(doc["startup"]["limit_pkts"]))
+            startup = Startup.from_dict(doc["startup"])
         except ValueError as e:
             raise ActorError(f"{p}: startup: {e}; train it again") from None
     return Actor(kernels, biases, interval, float(net.get("leak", 0.01)), doc.get("training", {}),

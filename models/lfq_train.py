@@ -214,7 +214,7 @@ def samples_startup(rows: list[dict[str, Any]], files: list[Path]) -> Startup | 
                          f"start-ups ({', '.join(sorted(kinds))}); an actor is trained behind one: give only the "
                          f"files of one --startup")
     one = rows[0].get("startup") if rows else None
-    return Startup(seconds=float(one["seconds"]), limit_pkts=int(one["limit_pkts"])) if one else None
+    return Startup.from_dict(one) if one else None
 
 
 CRITIC_INPUTS = ("router", "privileged")

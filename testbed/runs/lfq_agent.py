@@ -73,8 +73,8 @@ class AgentLoop(RouterAgentLoop):
         st = self._ctl.state(self.direction, fields=STATE_FIELDS)
         d = st[self.direction]
         flows = d.get("flows") or []
-        limits = self.actor.limits([f.get("features") or {} for f in flows],
-                                   [float(f.get("age_s", math.inf)) for f in flows])
+        ages = [float(f.get("age_s", math.inf)) for f in flows] if self.actor.startup else None
+        limits = self.actor.limits([f.get("features") or {} for f in flows], ages)
         changes = [{"queue": f["queue"], "limit_pkts": lim} for f, lim in zip(flows, limits, strict=True)
                    if lim != f.get("limit_pkts")]
         if changes:
