@@ -46,7 +46,9 @@ and t_e is drawn in [startup seconds, duration / 2], so the experiments price wh
 decides after the start-up (docs/network/lfq.md "A start-up limit").
 
 The control loop polls linkemu every ``interval_s`` (10 ms, as the router
-agent): features, backlog and packets out per flow.
+agent): features, backlog and packets out per flow.  A sample keeps the
+flow's handshake RTT as linkemu measured it (``handshake_rtt_s``, its SYN to
+its next packet; None if it had none) for actors with RTT inputs.
 """
 
 from __future__ import annotations
@@ -145,6 +147,7 @@ class _Track:
     t0: float | None = None          # emulator time the flow was first seen
     obs: list[float] | None = None   # features at t_e
     empty: list[float] | None = None  # empty_frac at t_e (lfq_actor.empty_inputs)
+    handshake_rtt_s: float | None = None  # linkemu's handshake RTT of the flow at t_e (lfq_actor.rtt_inputs)
     limit_exp: int = 0
     out_at_exp: int = 0
     queue_sum: float = 0.0
@@ -241,12 +244,14 @@ class LfqEpisodes:
                 if t.obs is None and age >= t.draw.t_exp_s:
                     t.obs = observation(f.get("features") or {}).tolist()
                     t.empty = empty_inputs(f.get("features") or {}).tolist()
+                    rtt = f.get("handshake_rtt_s")
+                    t.handshake_rtt_s = None if rtt is None else float(rtt)
                     t.out_at_exp = int(f["packets_out"])
                     t.limit_at_exp_before = int(f["limit_pkts"])
                     lim = t.draw.limit_exp
                     if lim == 0:
                         assert actor is not None
-                        base = actor.limits([f.get("features") or {}])[0]
+                        base = actor.limits_of([f])[0]
                         lim = max(1, min(256, round(base * 2.0 ** self.rng.uniform(-1.5, 1.5))))
                     t.limit_exp = lim
                     want = lim
@@ -260,7 +265,7 @@ class LfqEpisodes:
                     want = t.draw.limit_pre
                 else:
                     assert actor is not None
-                    want = actor.limits([f.get("features") or {}])[0]
+                    want = actor.limits_of([f])[0]
                 if want != int(f["limit_pkts"]):
                     changes.append({"queue": int(f["queue"]), "limit_pkts": int(want)})
             if changes:
@@ -277,7 +282,9 @@ class LfqEpisodes:
         thr = min(thr, b_mbit * 1e6 / 8)  # a neighbour's idle share is not this limit's merit (docstring)
         q = t.queue_sum / t.queue_n if t.queue_n else 0.0
         return {"draw": asdict(d), "obs": [round(x, 6) for x in t.obs or []],
-                "empty": [round(x, 6) for x in t.empty or []], "limit_exp": t.limit_exp,
+                "empty": [round(x, 6) for x in t.empty or []],
+                "handshake_rtt_s": None if t.handshake_rtt_s is None else round(t.handshake_rtt_s, 6),
+                "limit_exp": t.limit_exp,
                 "limit_before": t.limit_at_exp_before, "throughput_mbit": round(thr * 8 / 1e6, 4),
                 "mean_queue_pkts": round(q, 3), "reward": round(reward(thr, q), 5),
                 "bdp_pkts": round(bdp_pkts(b_mbit, d.rtt_ms), 3), "episode": self.episodes,

@@ -46,6 +46,11 @@ Where this deviates from the paper, and why (docs/network/lfq.md has the whole l
 * **Empty inputs** (optional, likewise): the share of the flow's arrivals that found its queue
   empty (:func:`empty_inputs`, 10 EWMAs kept by linkemu): what tells a flow whose queue runs dry
   after each drop (Reno under a limit below its BDP) from one whose queue does not (BIC).
+* **RTT inputs** (optional, likewise): the flow's handshake RTT as linkemu's lfq measures it (its SYN to
+  its next packet, ``handshake_rtt_s`` in the flow's state) and the bandwidth-delay product it gives with
+  each out-rate EWMA (:func:`rtt_inputs`).  Paper 001's inputs hold the RTT only through the sawtooth's
+  period; its ns-3 agent learned limits that grow with the RTT from ~10^5 flows, ours from ~10^3 did not
+  (docs/network/lfq.md "The RTT a router can see").
 * **Start-up** (optional, an actor file says whether it has one): for a flow younger than
   ``startup.seconds`` the limit is ``startup.limit_pkts`` whatever the network says
   (:class:`Startup`).  Paper 001 lets the network decide from a flow's first packet on; with tail
@@ -82,10 +87,12 @@ __all__ = [
     "LOG2_MIN",
     "MTU",
     "OBS_FEATURES",
+    "RTT_FEATURES",
     "SCALES",
     "Actor",
     "ActorError",
     "K",
+    "SampleInputsError",
     "Startup",
     "action_for",
     "derived",
@@ -95,6 +102,8 @@ __all__ = [
     "load_actor",
     "observation",
     "reward",
+    "rtt_inputs",
+    "sample_inputs",
     "save_actor",
 ]
 
@@ -124,6 +133,12 @@ DERIVED_FEATURES: tuple[str, ...] = tuple(f"{n}[{k}]" for n in DERIVED_NAMES for
 EMPTY_FEATURES: tuple[str, ...] = tuple(f"empty_frac[{k}]" for k in range(K))
 """Optional inputs read from linkemu (:func:`empty_inputs`; not in paper 001): the share of the flow's arrivals
 that found its queue empty, 10 EWMAs, unscaled.  Last in an actor that takes them."""
+RTT_SCALE_S = 0.1
+"""The handshake RTT input is divided by this (100 ms: the paper's draws' 5..25 ms read 0.05..0.25)."""
+RTT_FEATURES: tuple[str, ...] = ("handshake_rtt", "rtt_known", *(f"bdp_log2[{k}]" for k in range(K)))
+"""Optional inputs (:func:`rtt_inputs`; not in paper 001), last in an actor that takes them: the handshake
+RTT / RTT_SCALE_S, 1 if the flow has one (else 0 and every RTT input 0), and per out-rate EWMA k
+log2(1 + out_rate_pps[k] x RTT) / 8, the flow's BDP in packets at the rate it gets, on a log scale."""
 LOG2_MIN, LOG2_MAX = 0.0, 8.0
 """The limit's range on the log2 scale: 1..256 packets."""
 ALPHA = 10.0
@@ -231,6 +246,51 @@ def empty_inputs(features: Mapping[str, Sequence[float]]) -> np.ndarray:
     return np.clip(out, 0.0, 1.0, out=out)
 
 
+def rtt_inputs(obs: np.ndarray, rtt_s: float | None) -> np.ndarray:
+    """The 12 :data:`RTT_FEATURES` of one flow from its 60 inputs (:func:`observation`) and its handshake RTT
+    (linkemu's ``handshake_rtt_s``; None, or not a positive number: unknown, all 12 are 0).
+
+    Why the product: the limit that keeps a Reno flow's link busy is its BDP, rate x RTT.  The rate is in the
+    60 inputs, the RTT now too, but a small network learns a product of two inputs from ~10^3 samples poorly
+    (the derived inputs' note); log2 of it is what the limit's own log2 scale needs."""
+    out = np.zeros(len(RTT_FEATURES), dtype=np.float32)
+    if rtt_s is None or not math.isfinite(rtt_s) or rtt_s <= 0.0:
+        return out
+    i = FEATURE_NAMES.index("out_rate_pps")
+    rate = np.maximum(np.asarray(obs, dtype=np.float64)[i * K:(i + 1) * K] * SCALES["out_rate_pps"], 0.0)
+    out[0] = min(rtt_s / RTT_SCALE_S, CLIP)
+    out[1] = 1.0
+    out[2:] = np.log2(1.0 + rate * rtt_s) / 8.0
+    return out
+
+
+class SampleInputsError(ValueError):
+    """Training samples that lack inputs the actor is to take (collected before linkemu reported them)."""
+
+
+def sample_inputs(rows: Sequence[Mapping[str, Any]], *, with_derived: bool = False, with_empty: bool = False,
+                  with_rtt: bool = False) -> np.ndarray:
+    """An actor's inputs (:func:`input_names`) for training samples (``envs/lfq_env.py``'s ``obs``, ``empty``
+    and ``handshake_rtt_s`` at the experiment), rows x inputs.  Samples without what an input needs:
+    :class:`SampleInputsError`, one line naming how many and the flag to drop."""
+    obs = np.array([r["obs"] for r in rows], dtype=np.float32).reshape(len(rows), len(OBS_FEATURES))
+    parts = [obs, derived(obs)] if with_derived else [obs]
+    if with_empty:
+        bad = sum(len(r.get("empty") or ()) != len(EMPTY_FEATURES) for r in rows)
+        if bad:
+            raise SampleInputsError(f"{bad} of {len(rows)} samples have no empty_frac inputs (collected before "
+                                    "linkemu reported them): collect again, or train without --empty")
+        parts.append(np.array([r["empty"] for r in rows], dtype=np.float32).reshape(len(rows), K))
+    if with_rtt:
+        bad = sum("handshake_rtt_s" not in r for r in rows)
+        if bad:
+            raise SampleInputsError(f"{bad} of {len(rows)} samples have no handshake_rtt_s (collected before "
+                                    "linkemu measured it): collect again, or train without --rtt")
+        parts.append(np.stack([rtt_inputs(o, r["handshake_rtt_s"]) for o, r in zip(obs, rows, strict=True)])
+                     if rows else np.zeros((0, len(RTT_FEATURES)), dtype=np.float32))
+    return np.concatenate(parts, axis=1)
+
+
 def limit_for(action: float) -> int:
     """The per-flow limit (packets) for action a in [-1, 1] (module docstring, step 2)."""
     a = -1.0 if not action >= -1.0 else 1.0 if action > 1.0 else float(action)  # NaN -> -1
@@ -282,6 +342,7 @@ class Actor:
     checksum: str = ""
     with_derived: bool = False  # inputs: OBS_FEATURES, then DERIVED_FEATURES (:func:`derived`)
     with_empty: bool = False    # ... then EMPTY_FEATURES (:func:`empty_inputs`)
+    with_rtt: bool = False      # ... then RTT_FEATURES (:func:`rtt_inputs`)
     startup: Startup | None = None  # a young flow's limit (:class:`Startup`); None: the network's from the start
 
     def act_batch(self, obs: np.ndarray) -> np.ndarray:
@@ -296,15 +357,19 @@ class Actor:
         return float(self.act_batch(np.asarray(obs, dtype=np.float32)[None, :])[0])
 
     def limits(self, features: Sequence[Mapping[str, Sequence[float]]],
-               ages_s: Sequence[float] | None = None) -> list[int]:
+               ages_s: Sequence[float] | None = None, rtts_s: Sequence[float | None] | None = None) -> list[int]:
         """The limit for each flow's ``features`` (one batched forward pass); with *ages_s* (each flow's
-        ``age_s``) and a :attr:`startup`, a flow younger than its seconds gets its limit instead."""
+        ``age_s``) and a :attr:`startup`, a flow younger than its seconds gets its limit instead.  *rtts_s*:
+        each flow's ``handshake_rtt_s`` (None: unknown), read by an actor :attr:`with_rtt`."""
         if not features:
             return []
         obs = np.stack([observation(f) for f in features])
         parts = [obs, derived(obs)] if self.with_derived else [obs]
         if self.with_empty:
             parts.append(np.stack([empty_inputs(f) for f in features]))
+        if self.with_rtt:
+            rtts = list(rtts_s) if rtts_s is not None else [None] * len(features)
+            parts.append(np.stack([rtt_inputs(o, r) for o, r in zip(obs, rtts, strict=True)]))
         acts = self.act_batch(np.concatenate(parts, axis=1))
         out = [limit_for(float(a)) for a in acts]
         if self.startup is not None and ages_s is not None:
@@ -312,23 +377,37 @@ class Actor:
             out = [young.limit_pkts if age < young.seconds else lim for lim, age in zip(out, ages_s, strict=True)]
         return out
 
+    def limits_of(self, flows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """:meth:`limits` for flows as linkemu's lfq state lists them (``features``, ``age_s``,
+        ``handshake_rtt_s``): what the router loop and the training episodes call."""
+        feats = [f.get("features") or {} for f in flows]
+        ages = [float(f.get("age_s", math.inf)) for f in flows] if self.startup else None
+        rtts = [_maybe_float(f.get("handshake_rtt_s")) for f in flows] if self.with_rtt else None
+        return self.limits(feats, ages, rtts)
 
-def input_names(with_derived: bool = False, with_empty: bool = False) -> tuple[str, ...]:
-    """An actor's inputs in order: the 60 of paper 001, then optionally the derived and the empty ones."""
-    return OBS_FEATURES + (DERIVED_FEATURES if with_derived else ()) + (EMPTY_FEATURES if with_empty else ())
+
+def _maybe_float(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def input_names(with_derived: bool = False, with_empty: bool = False, with_rtt: bool = False) -> tuple[str, ...]:
+    """An actor's inputs in order: the 60 of paper 001, then optionally the derived, empty and RTT ones."""
+    return (OBS_FEATURES + (DERIVED_FEATURES if with_derived else ()) + (EMPTY_FEATURES if with_empty else ())
+            + (RTT_FEATURES if with_rtt else ()))
 
 
 def save_actor(path: str | Path, *, kernels: Sequence[np.ndarray], biases: Sequence[np.ndarray],
                interval_s: float, leak: float = 0.01, training: Mapping[str, Any] | None = None,
                evaluation: Mapping[str, Any] | None = None, with_derived: bool = False,
-               with_empty: bool = False, startup: Startup | None = None) -> str:
-    """Write an actor file; returns its checksum.  *with_derived*, *with_empty*: the network also takes the
-    30 :data:`DERIVED_FEATURES`, then the 10 :data:`EMPTY_FEATURES`, after the 60 (the file's ``features``
-    lists its inputs: :func:`input_names`).  *startup*: a young flow's limit (:class:`Startup`; the file
+               with_empty: bool = False, with_rtt: bool = False, startup: Startup | None = None) -> str:
+    """Write an actor file; returns its checksum.  *with_derived*, *with_empty*, *with_rtt*: the network also
+    takes the 30 :data:`DERIVED_FEATURES`, then the 10 :data:`EMPTY_FEATURES`, then the 12
+    :data:`RTT_FEATURES`, after the 60 (the file's ``features`` lists its inputs: :func:`input_names`).
+    *startup*: a young flow's limit (:class:`Startup`; the file
     has no ``startup`` key without one, as before it existed)."""
     doc: dict[str, Any] = {
         "format": ACTOR_FORMAT, "version": ACTOR_VERSION,
-        "features": list(input_names(with_derived, with_empty)),
+        "features": list(input_names(with_derived, with_empty, with_rtt)),
         "scales": dict(SCALES), "interval_s": interval_s,
         "action": {"kind": "log2 limit", "log2_min": LOG2_MIN, "log2_max": LOG2_MAX},
         "reward": {"alpha_per_s": ALPHA, "mtu_bytes": MTU},
@@ -358,12 +437,14 @@ def load_actor(path: str | Path) -> Actor:
 
 def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
     feats = tuple(doc["features"])
-    kinds = [(d, e) for d in (False, True) for e in (False, True) if input_names(d, e) == feats]
+    kinds = [(d, e, r) for d in (False, True) for e in (False, True) for r in (False, True)
+             if input_names(d, e, r) == feats]
     if not kinds or doc["scales"] != SCALES:
         raise ActorError(f"{p}: its features or their scaling are not this ccswitch's observation "
                          f"({len(OBS_FEATURES)} inputs: {', '.join(FEATURE_NAMES)} x {K}, optionally then "
-                         f"{', '.join(DERIVED_NAMES)} x {K}, then empty_frac x {K}); train it again")
-    with_derived, with_empty = kinds[0]
+                         f"{', '.join(DERIVED_NAMES)} x {K}, then empty_frac x {K}, then handshake_rtt, "
+                         f"rtt_known, bdp_log2 x {K}); train it again")
+    with_derived, with_empty, with_rtt = kinds[0]
     n_in = len(feats)
     act = doc["action"]
     if (act.get("log2_min"), act.get("log2_max")) != (LOG2_MIN, LOG2_MAX):
@@ -390,4 +471,4 @@ def _build_actor(p: Path, doc: dict[str, Any]) -> Actor:
         except ValueError as e:
             raise ActorError(f"{p}: startup: {e}; train it again") from None
     return Actor(kernels, biases, interval, float(net.get("leak", 0.01)), doc.get("training", {}),
-                 doc.get("evaluation", {}), p, str(doc["checksum"]), with_derived, with_empty, startup)
+                 doc.get("evaluation", {}), p, str(doc["checksum"]), with_derived, with_empty, with_rtt, startup)

@@ -320,16 +320,18 @@ def main(argv: list[str] | None = None) -> int:
     actor_stats, actor_limits = None, None
     shipped = a.actor is None or a.actor.name == "lfq_actor.json"
     if a.actor is not None:
-        from .lfq_actor import derived, load_actor
+        from .lfq_actor import SampleInputsError, input_names, load_actor, sample_inputs
 
         act = load_actor(a.actor)
-        obs = np.array([r["obs"] for r in rows], dtype=np.float32)
-        if act.with_derived:
-            obs = np.concatenate([obs, derived(obs)], axis=1)
+        try:
+            obs = sample_inputs(rows, with_derived=act.with_derived, with_empty=act.with_empty, with_rtt=act.with_rtt)
+        except SampleInputsError as e:
+            ap.error(f"the actor {a.actor} takes inputs the samples lack: {e}")
         actor_limits = np.array([limit_for(float(v)) for v in act.act_batch(obs)])
         actor_stats = limit_stats(rows, actor_limits)
     text = markdown(results, actor_stats, other, delay, "the shipped actor (60 features)" if shipped else
-                    f"the actor {a.actor} ({90 if act.with_derived else 60} features)")
+                    f"the actor {a.actor} ({len(input_names(act.with_derived, act.with_empty, act.with_rtt))} "
+                    f"features)")
     print(text)
     if a.md is not None:
         a.md.parent.mkdir(parents=True, exist_ok=True)

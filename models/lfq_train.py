@@ -4,7 +4,7 @@
         [--actor models/lfq_actor.json --pre actor --explore around] [--seed 1] [--sender linux]
         [--startup LIMIT:SECONDS]
     python -m ccswitch.models.lfq_train train [--data results/lfq/train.jsonl [--data round2.jsonl]]
-        [--derived] [--empty] [--reward paper|paper-share|delay] [--critic router|privileged]
+        [--derived] [--empty] [--rtt] [--reward paper|paper-share|delay] [--critic router|privileged]
         [--out models/lfq_actor.json]
         [--plot docs/network/lfq-training.png] [--seed 1]
 
@@ -68,15 +68,14 @@ from typing import Any
 import numpy as np
 
 from .lfq_actor import (
-    EMPTY_FEATURES,
     KAPPA,
-    OBS_FEATURES,
+    SampleInputsError,
     Startup,
     action_for,
-    derived,
     input_names,
     limit_for,
     load_actor,
+    sample_inputs,
     save_actor,
 )
 from .lfq_ceiling import (
@@ -146,16 +145,6 @@ def collect(episodes: int, data: Path, *, actor_path: Path | None, pre: str, exp
 
 def load_samples(data: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in data.open() if line.strip()]
-
-
-def empty_columns(rows: list[dict[str, Any]], files: list[Path]) -> np.ndarray:
-    """The logged ``empty`` inputs of every sample (rows x 10); a sample without them is an error."""
-    bad = sum(len(r.get("empty") or ()) != len(EMPTY_FEATURES) for r in rows)
-    if bad:
-        raise SystemExit(f"lfq train: {bad} of {len(rows)} samples in {', '.join(map(str, files))} have no "
-                         f"empty_frac inputs (collected before linkemu reported them): collect again, or "
-                         f"train without --empty")
-    return np.array([r["empty"] for r in rows], dtype=np.float32)
 
 
 def _mlp(tf: Any, n_in: int, out_act: str | None, seed: int) -> Any:
@@ -232,23 +221,23 @@ def sample_reward(row: dict[str, Any], kind: str) -> float:
 
 
 def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, with_derived: bool = False,
-          with_empty: bool = False, reward_kind: str = "paper", critic_inputs: str = "router") -> dict[str, Any]:
-    import tensorflow as tf
+          with_empty: bool = False, with_rtt: bool = False, reward_kind: str = "paper",
+          critic_inputs: str = "router") -> dict[str, Any]:
+    files = [data] if isinstance(data, Path) else list(data)
+    rows = [r for f in files for r in load_samples(f)]
+    try:  # the 60, then optionally the derived, empty_frac and RTT inputs (lfq_actor.input_names)
+        obs = sample_inputs(rows, with_derived=with_derived, with_empty=with_empty, with_rtt=with_rtt)
+    except SampleInputsError as e:
+        raise SampleInputsError(f"{', '.join(map(str, files))}: {e}") from None
+    startup = samples_startup(rows, files)
+    other = loss_based_slot(rows)  # BIC samples: stats and plot in the "cubic" slot, named BIC
+
+    import tensorflow as tf  # after the samples' checks: a bad file is refused without TF's start-up
 
     with contextlib.suppress(RuntimeError):  # TF already initialised by the caller (e.g. a test session)
         tf.config.threading.set_intra_op_parallelism_threads(1)
         tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.keras.utils.set_random_seed(seed)
-    files = [data] if isinstance(data, Path) else list(data)
-    rows = [r for f in files for r in load_samples(f)]
-    startup = samples_startup(rows, files)
-    other = loss_based_slot(rows)  # BIC samples: stats and plot in the "cubic" slot, named BIC
-    obs = np.array([r["obs"] for r in rows], dtype=np.float32)
-    assert obs.shape[1] == len(OBS_FEATURES)
-    if with_derived:  # the 30 derived inputs after the 60 (lfq_actor.derived)
-        obs = np.concatenate([obs, derived(obs)], axis=1)
-    if with_empty:  # then the 10 empty_frac inputs, logged beside obs since linkemu reports them
-        obs = np.concatenate([obs, empty_columns(rows, files)], axis=1)
     n_in = obs.shape[1]
     # The critics' view of a state (CRITIC_INPUTS): the actor's inputs, or the flow's draw (privileged).
     crit = obs if critic_inputs == "router" else privileged_inputs(rows)
@@ -306,7 +295,7 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
     training = {"hyperparameters": {k: list(v) if isinstance(v, tuple) else v for k, v in HP.items()},
                 "samples": len(rows), "episodes": len({(r.get("pre"), r["episode"], r["t"] // 1000) for r in rows}),
                 "data": ", ".join(str(f) for f in files), "seed": seed,
-                "inputs": len(input_names(with_derived, with_empty)),
+                "inputs": len(input_names(with_derived, with_empty, with_rtt)),
                 "rounds": sorted({f"{r.get('pre', 'random')}/{r.get('explore', 'uniform')}" for r in rows}),
                 "algorithm": "offline actor-critic (module docstring)"
                              + (", privileged critics" if critic_inputs == "privileged" else ""),
@@ -315,7 +304,8 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
                 "critic_val_mse_last": [c[-1] if c else None for c in curves["critic_val"]],
                 "reward_var_val": float(rew[val].var()) if n_val else None}
     checksum = save_actor(out, kernels=kernels, biases=biases, interval_s=HP["interval_s"], leak=HP["leak"],
-                          training=training, with_derived=with_derived, with_empty=with_empty, startup=startup)
+                          training=training, with_derived=with_derived, with_empty=with_empty, with_rtt=with_rtt,
+                          startup=startup)
     print(f"lfq train: wrote {out} ({checksum}); on the training states: {fit}", file=sys.stderr)
     if plot is not None:
         _plot(plot, curves, rows, limits, other.lower())
@@ -398,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also feed the 30 derived inputs (lfq_actor.derived; not in paper 001)")
     t.add_argument("--empty", action="store_true",
                    help="also feed the 10 empty_frac inputs (lfq_actor.empty_inputs; not in paper 001)")
+    t.add_argument("--rtt", action="store_true",
+                   help="also feed the 12 RTT inputs: linkemu's handshake RTT and the BDP it gives with the "
+                        "out rate (lfq_actor.rtt_inputs; not in paper 001)")
     t.add_argument("--critic", choices=CRITIC_INPUTS, default="router",
                    help="the critics' inputs: the actor's (router), or the flow's bandwidth, RTT, CCA and "
                         "experiment time (privileged: an asymmetric actor-critic; the actor still sees the router's)")
@@ -422,8 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived, with_empty=a.empty,
-                  reward_kind=a.reward, critic_inputs=a.critic)
-        except MixedSamplesError as e:
+                  with_rtt=a.rtt, reward_kind=a.reward, critic_inputs=a.critic)
+        except (MixedSamplesError, SampleInputsError) as e:
             ap.error(str(e))
     return 0
 

@@ -31,15 +31,20 @@ from ccswitch.models.lfq_actor import (
     DERIVED_FEATURES,
     EMPTY_FEATURES,
     OBS_FEATURES,
+    RTT_FEATURES,
     ActorError,
+    SampleInputsError,
     Startup,
     action_for,
     derived,
     empty_inputs,
+    input_names,
     limit_for,
     load_actor,
     observation,
     reward,
+    rtt_inputs,
+    sample_inputs,
     save_actor,
 )
 from ccswitch.models.policy import write_signed
@@ -62,6 +67,15 @@ def _rate_actor(path: Path, startup: Startup | None = None) -> None:
     k0[OBS_FEATURES.index("out_rate_pps[0]"), 0] = 2.0  # the input is already / 1000
     save_actor(path, kernels=[k0, np.ones((1, 1), np.float32)], biases=[np.zeros(1, np.float32),
                np.array([-1.5], np.float32)], interval_s=0.01, startup=startup)
+
+
+def _rtt_actor(path: Path) -> None:
+    """a = tanh(3 * rtt_known - 1.5): a flow with a handshake RTT -> a 0.91 -> limit ~200; without -> 1-2."""
+    names = input_names(with_rtt=True)
+    k0 = np.zeros((len(names), 1), np.float32)
+    k0[names.index("rtt_known"), 0] = 3.0
+    save_actor(path, kernels=[k0, np.ones((1, 1), np.float32)], biases=[np.zeros(1, np.float32),
+               np.array([-1.5], np.float32)], interval_s=0.01, with_rtt=True)
 
 
 # ------------------------------------------------------------- no kernel ---
@@ -132,6 +146,40 @@ def test_empty_inputs_and_an_actor_that_takes_them_after_the_derived(tmp_path: P
     write_signed(tmp_path / "e.json", doc)  # signed again: the check is the order, not the checksum
     with pytest.raises(ActorError, match="not this ccswitch's observation"):
         load_actor(tmp_path / "e.json")
+
+
+def test_rtt_inputs_and_an_actor_that_takes_them_last(tmp_path: Path) -> None:
+    """The 12 RTT inputs: the handshake RTT / 0.1 s, a known flag, and log2(1 + rate x RTT) / 8 per out-rate
+    EWMA (the BDP in packets at the rate the flow gets); unknown or nonsense RTTs give all zeros.  An actor
+    file with them lists them last, loads back with_rtt, and its limits follow the RTT it is given (from
+    linkemu's flow state with limits_of)."""
+    obs = observation({"out_rate_pps": [1000.0] * 5 + [0.0] * 5})
+    x = rtt_inputs(obs, 0.02)
+    assert len(RTT_FEATURES) == 12 and x.shape == (12,)
+    assert x[0] == pytest.approx(0.2) and x[1] == 1.0
+    np.testing.assert_allclose(x[2:7], np.log2(1 + 1000 * 0.02) / 8, rtol=1e-6)  # 20 packets in flight
+    assert not x[7:].any()  # a rate average still guarded (0): no BDP from it
+    for bad in (None, 0.0, -0.01, float("nan"), float("inf")):
+        assert not rtt_inputs(obs, bad).any(), bad
+    _rtt_actor(tmp_path / "r.json")
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["features"][-12:] == list(RTT_FEATURES) and len(doc["features"]) == 72
+    a = load_actor(tmp_path / "r.json")
+    assert a.with_rtt and not a.with_derived and not a.with_empty
+    known, unknown = a.limits([{}, {}], rtts_s=[0.015, None])
+    assert known == limit_for(float(np.tanh(1.5))) and unknown == limit_for(float(np.tanh(-1.5)))
+    assert a.limits([{}]) == [unknown]  # no RTTs given: unknown
+    flows = [{"features": {}, "age_s": 1.0, "handshake_rtt_s": 0.015}, {"features": {}, "age_s": 1.0}]
+    assert a.limits_of(flows) == [known, unknown]
+    # Training samples: the logged handshake RTT becomes the same inputs; samples without it are refused.
+    rows = [{"obs": obs.tolist(), "handshake_rtt_s": 0.02}, {"obs": obs.tolist(), "handshake_rtt_s": None}]
+    got = sample_inputs(rows, with_rtt=True)
+    assert got.shape == (2, 72)
+    np.testing.assert_allclose(got[0, 60:], x)
+    assert not got[1, 60:].any()
+    with pytest.raises(SampleInputsError) as e:
+        sample_inputs([*rows, {"obs": obs.tolist()}], with_rtt=True)
+    assert "1 of 3 samples have no handshake_rtt_s" in str(e.value) and "without --rtt" in str(e.value)
 
 
 def test_behaviour_limits_around_the_bdp() -> None:
@@ -353,6 +401,21 @@ def test_agent_holds_the_startup_limit_while_the_flow_is_young(sock_dir: Path, i
     assert min(lasts) >= 150, lasts
     data = max(final["flows"], key=lambda f: f["packets_in"])
     assert data["age_s"] > 1.0 and data["limit_pkts"] >= 150, (data["age_s"], data["limit_pkts"])
+
+
+@pytest.mark.kernel
+def test_linkemu_measures_the_handshake_rtt_and_the_loop_passes_it_on(sock_dir: Path, iperf3: str) -> None:
+    """The same flow (20 ms RTT: 10 ms of link delay each way) with an actor whose limit is ~200 packets once
+    the flow has a handshake RTT and 1-2 before: linkemu's state gives the data connection's
+    ``handshake_rtt_s`` as the path's RTT (20 ms; above by the veths' and linkemu's own handling, < 3 ms on a
+    shared 2-core machine with linkemu's real-time scheduling off, as here), and the loop sets the limit the
+    RTT earns."""
+    _rtt_actor(sock_dir / "rtt.json")
+    _, final, loop = _flow_through_lfq(sock_dir / "rtt.json", sock_dir, 2.0)
+    assert loop.error is None and loop.steps > 50, (loop.error, loop.steps)
+    data = max(final["flows"], key=lambda f: f["packets_in"])
+    assert 0.020 <= data["handshake_rtt_s"] < 0.023, data
+    assert data["limit_pkts"] == limit_for(float(np.tanh(1.5))), data["limit_pkts"]
 
 
 @pytest.mark.kernel

@@ -64,12 +64,15 @@ def test_the_delay_reward_prices_the_queue_in_bdps_and_training_can_use_it() -> 
 def test_training_on_the_empty_inputs_needs_samples_that_logged_them(tmp_path) -> None:
     """``train --empty`` on samples collected before linkemu reported empty_frac: one line naming the file and
     the fix, not a shape error deep in TensorFlow."""
-    from ccswitch.models.lfq_train import empty_columns
+    from ccswitch.models.lfq_actor import SampleInputsError, sample_inputs
+    from ccswitch.models.lfq_train import train
 
-    rows = [{"empty": [0.5] * 10}, {"empty": [0.0] * 10}]
-    assert empty_columns(rows, [tmp_path / "new.jsonl"]).shape == (2, 10)
-    with pytest.raises(SystemExit) as e:
-        empty_columns([*rows, {"obs": [0.0] * 60}], [tmp_path / "old.jsonl"])
+    rows = [{"obs": [0.0] * 60, "empty": [0.5] * 10}, {"obs": [0.0] * 60, "empty": [0.0] * 10}]
+    assert sample_inputs(rows, with_empty=True).shape == (2, 70)
+    old = tmp_path / "old.jsonl"
+    old.write_text("".join(json.dumps(r) + "\n" for r in [*rows, {"obs": [0.0] * 60}]))
+    with pytest.raises(SampleInputsError) as e:
+        train([old], tmp_path / "a.json", None, 1, with_empty=True)
     msg = str(e.value)
     assert "1 of 3 samples" in msg and "old.jsonl" in msg and "without --empty" in msg and "\n" not in msg
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import csv
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -73,8 +72,7 @@ class AgentLoop(RouterAgentLoop):
         st = self._ctl.state(self.direction, fields=STATE_FIELDS)
         d = st[self.direction]
         flows = d.get("flows") or []
-        ages = [float(f.get("age_s", math.inf)) for f in flows] if self.actor.startup else None
-        limits = self.actor.limits([f.get("features") or {} for f in flows], ages)
+        limits = self.actor.limits_of(flows)
         changes = [{"queue": f["queue"], "limit_pkts": lim} for f, lim in zip(flows, limits, strict=True)
                    if lim != f.get("limit_pkts")]
         if changes:

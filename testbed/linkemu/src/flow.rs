@@ -104,6 +104,29 @@ fn ports_at(ip: &[u8], off: usize, proto: u8, fragment: bool) -> (u16, u16) {
 /// The key of an IP packet; `ip` starts at the IP header.  None: not IPv4/IPv6
 /// or the IP header is truncated.
 pub fn parse(ip: &[u8]) -> Option<FlowKey> {
+    transport(ip).map(|t| t.key)
+}
+
+/// TCP header flags (the 13th byte: CWR ECE URG ACK PSH RST SYN FIN) of an
+/// IP packet; `ip` starts at the IP header.  None: not TCP, a fragment, or
+/// the TCP header is truncated.
+pub fn tcp_flags(ip: &[u8]) -> Option<u8> {
+    let t = transport(ip)?;
+    (t.key.proto == PROTO_TCP && !t.fragment).then(|| ip.get(t.offset + 13).copied()).flatten()
+}
+
+pub const TCP_SYN: u8 = 0x02;
+pub const TCP_ACK: u8 = 0x10;
+
+/// What [`parse`] finds: the key, where the transport header starts, whether
+/// the packet is a fragment (no transport header to read).
+struct Transport {
+    key: FlowKey,
+    offset: usize,
+    fragment: bool,
+}
+
+fn transport(ip: &[u8]) -> Option<Transport> {
     match ip.first()? >> 4 {
         4 => parse_v4(ip),
         6 => parse_v6(ip),
@@ -111,7 +134,7 @@ pub fn parse(ip: &[u8]) -> Option<FlowKey> {
     }
 }
 
-fn parse_v4(ip: &[u8]) -> Option<FlowKey> {
+fn parse_v4(ip: &[u8]) -> Option<Transport> {
     let ihl = (ip[0] & 0x0f) as usize * 4;
     if ihl < 20 || ip.len() < ihl {
         return None;
@@ -122,13 +145,13 @@ fn parse_v4(ip: &[u8]) -> Option<FlowKey> {
     let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
     let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
     let (sport, dport) = ports_at(ip, ihl, proto, fragment);
-    Some(FlowKey { src: src.into(), dst: dst.into(), proto, sport, dport })
+    Some(Transport { key: FlowKey { src: src.into(), dst: dst.into(), proto, sport, dport }, offset: ihl, fragment })
 }
 
 /// Extension headers skipped before giving up on finding the transport.
 const MAX_EXT_HEADERS: usize = 8;
 
-fn parse_v6(ip: &[u8]) -> Option<FlowKey> {
+fn parse_v6(ip: &[u8]) -> Option<Transport> {
     if ip.len() < 40 {
         return None;
     }
@@ -159,7 +182,8 @@ fn parse_v6(ip: &[u8]) -> Option<FlowKey> {
         off += len;
     }
     let (sport, dport) = ports_at(ip, off, next, fragment);
-    Some(FlowKey { src: src.into(), dst: dst.into(), proto: next, sport, dport })
+    let key = FlowKey { src: src.into(), dst: dst.into(), proto: next, sport, dport };
+    Some(Transport { key, offset: off, fragment })
 }
 
 #[cfg(test)]
@@ -184,6 +208,28 @@ mod tests {
         f[ETH_HLEN + 9] = PROTO_TCP;
         assert_eq!(Packet::from_frame(&f, 0).flow_key().unwrap().proto, PROTO_TCP);
         assert_eq!(Packet::from_frame(&f, 0).flow_key().unwrap().sport, 1);
+    }
+
+    #[test]
+    fn tcp_flags_of_tcp_only_and_not_of_fragments_or_truncated_headers() {
+        use crate::packet::build::ipv4_tcp;
+        let syn = Packet::from_frame(&ipv4_tcp(B, A, 60, 40000, 5201, TCP_SYN), 0);
+        assert_eq!(syn.tcp_flags(), Some(TCP_SYN));
+        assert_eq!(syn.flow_key().unwrap().proto, PROTO_TCP);
+        let ack = Packet::from_frame(&ipv4_tcp(B, A, 1500, 40000, 5201, TCP_ACK), 0);
+        assert_eq!(ack.tcp_flags(), Some(TCP_ACK));
+        assert_eq!(Packet::from_frame(&ipv4_udp_ports(B, A, 200, Ecn::NotEct, 1, 2), 0).tcp_flags(), None);
+        let mut f = ipv4_tcp(B, A, 60, 1, 2, TCP_SYN);
+        f[ETH_HLEN + 6] = 0x20; // MF: a fragment has no TCP header to read
+        assert_eq!(Packet::from_frame(&f, 0).tcp_flags(), None);
+        // Only 12 bytes of TCP header: the ports are there, the flags are not.
+        let ip = &ipv4_tcp(B, A, 60, 1, 2, TCP_SYN)[ETH_HLEN..ETH_HLEN + 32];
+        assert_eq!(parse(ip).unwrap().sport, 1);
+        assert_eq!(tcp_flags(ip), None);
+        // IPv6: flags found behind an extension header.
+        let mut tcp = vec![0x13, 0x88, 0x00, 0x50, 0, 0, 0, 0, 0, 0, 0, 0, 0x50, TCP_SYN | TCP_ACK];
+        tcp.extend_from_slice(&[0; 6]);
+        assert_eq!(tcp_flags(&ipv6(0, &[PROTO_TCP, 0, 0, 0, 0, 0, 0, 0], &tcp)), Some(TCP_SYN | TCP_ACK));
     }
 
     #[test]

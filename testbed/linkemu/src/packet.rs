@@ -271,6 +271,14 @@ impl Packet {
         flow::parse(&self.frame()[self.l3 as usize..])
     }
 
+    /// The TCP header flags ([`flow::tcp_flags`]); None if not TCP.
+    pub fn tcp_flags(&self) -> Option<u8> {
+        if !self.is_ip() {
+            return None;
+        }
+        flow::tcp_flags(&self.frame()[self.l3 as usize..])
+    }
+
     /// The queue among `buckets` a fair-queuing discipline hashing with
     /// `seed` puts this packet in; 0 for packets without a flow key.
     pub fn flow_bucket(&self, seed: u64, buckets: usize) -> usize {
@@ -362,6 +370,24 @@ pub mod build {
         udp[..2].copy_from_slice(&sport.to_be_bytes());
         udp[2..4].copy_from_slice(&dport.to_be_bytes());
         udp[4..6].copy_from_slice(&((ip_len - 20) as u16).to_be_bytes());
+        f
+    }
+
+    /// An Ethernet + IPv4 + TCP frame (10.0.0.1 -> 10.0.0.2) of `ip_len`
+    /// bytes with the given ports and TCP `flags` (flow::TCP_SYN, ...).
+    pub fn ipv4_tcp(dst: Mac, src: Mac, ip_len: usize, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+        assert!(ip_len >= 40);
+        let mut f = ipv4_udp_ports(dst, src, ip_len, Ecn::NotEct, sport, dport);
+        let ip = &mut f[ETH_HLEN..];
+        ip[9] = crate::flow::PROTO_TCP;
+        ip[10] = 0;
+        ip[11] = 0;
+        let c = ipv4_checksum(&ip[..20]);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        let tcp = &mut ip[20..];
+        tcp[4..8].fill(0); // no UDP length in a TCP header: sequence number 0
+        tcp[12] = 5 << 4; // data offset: 20 bytes
+        tcp[13] = flags;
         f
     }
 

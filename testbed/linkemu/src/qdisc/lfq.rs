@@ -29,6 +29,21 @@
 //! socket lists the active flows: those with packets queued or an arrival
 //! within `idle_timeout_ms`.
 //!
+//! **Handshake RTT** (not in paper 001; docs/network/lfq.md says why): a
+//! TCP flow whose first packet here is a SYN (or SYN-ACK) gets, at its next
+//! packet, `handshake_rtt_s` = the time between the two.  In the direction
+//! of the initiator's data that next packet is the handshake's ACK, which
+//! leaves the initiator as soon as the SYN-ACK arrives: the time is one
+//! round trip from this queue to both ends and back, taken while the flow's
+//! queue is empty (its base RTT, plus the other queues' delay).  From a
+//! SYN-ACK (the passive side's data) it adds that side's delay before its
+//! first byte.  A second SYN before the next packet makes it ambiguous
+//! (Karn's rule: which SYN did the ACK answer?), and a flow that did not
+//! start with a SYN (not TCP, or restarted after idle) has none; the state
+//! then has no `handshake_rtt_s`.  This is how a router sees a flow's RTT
+//! without the reverse direction (passive RTT measurement, e.g. pping,
+//! pairs both directions instead).
+//!
 //! **Features** per flow ([`super::lfq_features`]): queue size, its standard
 //! deviation, the limit, incoming and outgoing rate, time since the last
 //! loss, each as 10 EWMAs.  A loss is a tail drop of the flow's arrival at
@@ -48,7 +63,7 @@ use super::flow_stats::FlowDrop;
 use super::lfq_features::{Features, WEIGHTS};
 use super::{DropCause, Dropped, Qdisc};
 use crate::config;
-use crate::flow::FlowKey;
+use crate::flow::{FlowKey, TCP_SYN};
 use crate::packet::Packet;
 use crate::time::Nanos;
 
@@ -63,6 +78,53 @@ pub struct LfqFlow {
     pub packets_out: u64,
     pub drops: u64,
     pub feats: Features,
+    pub handshake: Handshake,
+}
+
+/// A flow's handshake RTT as this queue sees it (module comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handshake {
+    /// The flow's first packet was not a SYN: no estimate.
+    Unseen,
+    /// Its first packet, a SYN or SYN-ACK, arrived at this instant; waiting for the next.
+    Opened(Nanos),
+    /// The next packet arrived this long after it.
+    Rtt(Nanos),
+    /// The SYN came again before any other packet (Karn's rule): no estimate.
+    Ambiguous,
+}
+
+impl Handshake {
+    /// The state after a flow's first packet (`flags`: its TCP flags, None if not TCP).
+    pub fn start(flags: Option<u8>, now: Nanos) -> Handshake {
+        match flags {
+            Some(f) if f & TCP_SYN != 0 => Handshake::Opened(now),
+            _ => Handshake::Unseen,
+        }
+    }
+
+    /// Is the next packet's arrival still to be timed?
+    pub fn waiting(&self) -> bool {
+        matches!(self, Handshake::Opened(_))
+    }
+
+    /// A later packet of the flow arrived.
+    pub fn on_packet(&mut self, flags: Option<u8>, now: Nanos) {
+        if let Handshake::Opened(t) = *self {
+            *self = match flags {
+                Some(f) if f & TCP_SYN != 0 => Handshake::Ambiguous,
+                _ => Handshake::Rtt(now.saturating_sub(t)),
+            };
+        }
+    }
+
+    /// The estimate in seconds, once measured.
+    pub fn rtt_s(&self) -> Option<f64> {
+        match self {
+            Handshake::Rtt(ns) => Some(*ns as f64 / 1e9),
+            _ => None,
+        }
+    }
 }
 
 impl LfqFlow {
@@ -76,6 +138,7 @@ impl LfqFlow {
             packets_out: 0,
             drops: 0,
             feats: Features::new(now),
+            handshake: Handshake::Unseen,
         }
     }
 }
@@ -124,6 +187,17 @@ impl Lfq {
 
     fn flow_state(&self, idx: usize, f: &LfqFlow, now: Nanos) -> FlowState {
         let secs = |ns: Nanos| ns as f64 / 1e9;
+        let mut extra = vec![
+            ("age_s", Scalar::F(secs(now.saturating_sub(f.started)))),
+            ("idle_s", Scalar::F(f.feats.last_arrival().map_or(0.0, |t| secs(now.saturating_sub(t))))),
+            ("since_loss_s", Scalar::F(f.feats.since_loss_s(now))),
+            ("packets_in", Scalar::U(f.packets_in)),
+            ("packets_out", Scalar::U(f.packets_out)),
+            ("drops", Scalar::U(f.drops)),
+        ];
+        if let Some(rtt) = f.handshake.rtt_s() {
+            extra.push(("handshake_rtt_s", Scalar::F(rtt)));
+        }
         FlowState {
             queue: idx,
             key: f.key,
@@ -131,14 +205,7 @@ impl Lfq {
             limit_pkts: Some(f.limit),
             backlog_pkts: self.fq.queue_len(idx),
             backlog_bytes: self.fq.queues()[idx].bytes(),
-            extra: vec![
-                ("age_s", Scalar::F(secs(now.saturating_sub(f.started)))),
-                ("idle_s", Scalar::F(f.feats.last_arrival().map_or(0.0, |t| secs(now.saturating_sub(t))))),
-                ("since_loss_s", Scalar::F(f.feats.since_loss_s(now))),
-                ("packets_in", Scalar::U(f.packets_in)),
-                ("packets_out", Scalar::U(f.packets_out)),
-                ("drops", Scalar::U(f.drops)),
-            ],
+            extra,
             features: Some(Box::new(f.feats.snapshot())),
         }
     }
@@ -155,12 +222,17 @@ impl Qdisc for Lfq {
         let idle_over = f.feats.last_arrival().is_some_and(|t| now.saturating_sub(t) > idle);
         if first_use || (qlen == 0 && idle_over) {
             **f = LfqFlow::new(key, default, now);
+            f.handshake = Handshake::start(pkt.tcp_flags(), now);
             self.flows_started += 1;
             if first_use {
                 self.touched.push(idx);
             }
-        } else if f.key != key {
-            f.shared = true;
+        } else {
+            if f.key != key {
+                f.shared = true;
+            } else if f.handshake.waiting() {
+                f.handshake.on_packet(pkt.tcp_flags(), now);
+            }
         }
         let why = if total >= self.limit {
             Some(FlowDrop::Overflow)

@@ -357,3 +357,49 @@ fn a_colliding_5_tuple_joins_the_active_flow_and_an_idle_queue_starts_a_new_one(
     assert_eq!((f.key.unwrap().sport, f.shared, s.params[4]), (other, Some(false), ("flows_started", Scalar::U(2))));
     assert!(drops.is_empty());
 }
+
+#[test]
+fn a_tcp_flow_s_handshake_rtt_is_its_syn_to_its_next_packet_and_only_that() {
+    use crate::config;
+    use crate::flow::{TCP_ACK, TCP_SYN};
+    use crate::qdisc::lfq::Lfq;
+    use crate::qdisc::Qdisc;
+    let tcp = |sport: u16, len: usize, flags: u8| {
+        Packet::from_frame(&build::ipv4_tcp([2; 6], [4; 6], len, sport, 5201, flags), 0)
+    };
+    let rtt = |q: &Lfq, sport: u16, now: Nanos| {
+        let s = q.control_state(now, 10);
+        let f = s.flows.unwrap().into_iter().find(|f| f.key.unwrap().sport == sport).unwrap();
+        f.extra.iter().find(|(n, _)| *n == "handshake_rtt_s").map(|(_, v)| match v {
+            Scalar::F(x) => *x,
+            other => panic!("{other:?}"),
+        })
+    };
+    let mut q = Lfq::from_config(&config::Lfq::default(), 1);
+    let mut drops = vec![];
+    // A SYN, then 17 ms later the handshake's ACK, then data: 17 ms, kept through the data.
+    q.enqueue(tcp(1, 60, TCP_SYN), 0).unwrap();
+    assert_eq!(rtt(&q, 1, NS_PER_MS), None, "not measured before the next packet");
+    q.enqueue(tcp(1, 52, TCP_ACK), 17 * NS_PER_MS).unwrap();
+    for i in 0..5 {
+        q.enqueue(tcp(1, 1500, TCP_ACK), 17 * NS_PER_MS + i * 100_000).unwrap();
+    }
+    assert_eq!(rtt(&q, 1, 20 * NS_PER_MS), Some(0.017));
+    // The SYN sent again before any other packet: ambiguous (Karn), no estimate.
+    q.enqueue(tcp(2, 60, TCP_SYN), 0).unwrap();
+    q.enqueue(tcp(2, 60, TCP_SYN), 1000 * NS_PER_MS).unwrap();
+    q.enqueue(tcp(2, 52, TCP_ACK), 1010 * NS_PER_MS).unwrap();
+    assert_eq!(rtt(&q, 2, 1010 * NS_PER_MS), None);
+    // A flow seen from the middle (no SYN) and a UDP flow: none.
+    q.enqueue(tcp(3, 1500, TCP_ACK), 0).unwrap();
+    q.enqueue(tcp(3, 1500, TCP_ACK), 5 * NS_PER_MS).unwrap();
+    assert_eq!(rtt(&q, 3, 5 * NS_PER_MS), None);
+    let udp = Packet::from_frame(&build::ipv4_udp_ports([2; 6], [4; 6], 100, Ecn::NotEct, 4, 5201), 0);
+    q.enqueue(udp, 0).unwrap();
+    assert_eq!(rtt(&q, 4, 5 * NS_PER_MS), None);
+    // A new connection in the same queue after the idle timeout gets its own measurement.
+    while q.dequeue(2000 * NS_PER_MS, &mut drops).is_some() {}
+    q.enqueue(tcp(1, 60, TCP_SYN), 5 * NS_PER_S).unwrap();
+    q.enqueue(tcp(1, 52, TCP_ACK), 5 * NS_PER_S + 6 * NS_PER_MS).unwrap();
+    assert_eq!(rtt(&q, 1, 5 * NS_PER_S + 6 * NS_PER_MS), Some(0.006));
+}
