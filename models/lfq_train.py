@@ -5,6 +5,7 @@
         [--startup LIMIT:SECONDS]
     python -m ccswitch.models.lfq_train train [--data results/lfq/train.jsonl [--data round2.jsonl]]
         [--derived] [--empty] [--rtt] [--reward paper|paper-share|delay] [--critic router|privileged]
+        [--critic-data FILE]
         [--out models/lfq_actor.json]
         [--plot docs/network/lfq-training.png] [--seed 1]
 
@@ -42,6 +43,10 @@ router's features; the actor still sees only the router's inputs and is trained 
 as above.  The draw is known when training, never at run time, and it explains most of the reward that
 the features explain only through ~10^3 noisy samples (held-out MSE about half the router critics'),
 so the gradient the actor follows is far less noisy.  The actor file and the router side are unchanged.
+
+``train --critic privileged --critic-data FILE``: the critics also learn from FILE's samples, the actor
+does not (it needs its inputs at each state, the critics only the draw): samples collected before linkemu
+reported an input the actor takes still teach the critics what each limit earned.
 
 ``collect --startup 8:1`` holds every flow at 8 packets until it is 1 s old and puts its experiment after
 that (a deviation: lfq_actor's "Start-up"); ``train`` writes the samples' start-up into the actor file, so
@@ -222,15 +227,21 @@ def sample_reward(row: dict[str, Any], kind: str) -> float:
 
 def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, with_derived: bool = False,
           with_empty: bool = False, with_rtt: bool = False, reward_kind: str = "paper",
-          critic_inputs: str = "router") -> dict[str, Any]:
+          critic_inputs: str = "router", critic_data: list[Path] | None = None) -> dict[str, Any]:
+    """*critic_data*: more samples for the privileged critics only (module docstring)."""
     files = [data] if isinstance(data, Path) else list(data)
     rows = [r for f in files for r in load_samples(f)]
     try:  # the 60, then optionally the derived, empty_frac and RTT inputs (lfq_actor.input_names)
         obs = sample_inputs(rows, with_derived=with_derived, with_empty=with_empty, with_rtt=with_rtt)
     except SampleInputsError as e:
         raise SampleInputsError(f"{', '.join(map(str, files))}: {e}") from None
-    startup = samples_startup(rows, files)
-    other = loss_based_slot(rows)  # BIC samples: stats and plot in the "cubic" slot, named BIC
+    extra_files = list(critic_data or [])
+    if extra_files and critic_inputs != "privileged":
+        raise MixedSamplesError("--critic-data trains the critics on samples the actor does not see: it needs "
+                                "--critic privileged")
+    extra = [r for f in extra_files for r in load_samples(f)]
+    startup = samples_startup(rows + extra, files + extra_files)
+    other = loss_based_slot(rows + extra)  # BIC samples: stats and plot in the "cubic" slot, named BIC
 
     import tensorflow as tf  # after the samples' checks: a bad file is refused without TF's start-up
 
@@ -239,14 +250,17 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
         tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.keras.utils.set_random_seed(seed)
     n_in = obs.shape[1]
-    # The critics' view of a state (CRITIC_INPUTS): the actor's inputs, or the flow's draw (privileged).
-    crit = obs if critic_inputs == "router" else privileged_inputs(rows)
-    act = np.array([[action_for(r["limit_exp"])] for r in rows], dtype=np.float32)
-    rew = np.array([[sample_reward(r, reward_kind)] for r in rows], dtype=np.float32)
+    # The critics' view of a state (CRITIC_INPUTS): the actor's inputs, or the flow's draw (privileged);
+    # privileged critics also learn from the --critic-data samples, after the actor's (indices >= len(rows)).
+    every = rows + extra
+    crit = obs if critic_inputs == "router" else privileged_inputs(every)
+    act = np.array([[action_for(r["limit_exp"])] for r in every], dtype=np.float32)
+    rew = np.array([[sample_reward(r, reward_kind)] for r in every], dtype=np.float32)
     rng = np.random.default_rng(seed)
-    idx = rng.permutation(len(rows))
-    n_val = int(len(rows) * HP["val_frac"])
+    idx = rng.permutation(len(every))
+    n_val = int(len(every) * HP["val_frac"])
     val, tr = idx[:n_val], idx[n_val:]
+    tr_actor = tr[tr < len(rows)]  # the actor's states: its own samples' (they have its inputs)
     # Rewards are ~0..3 (paper: bytes/s / 1e6) or ~-1..1 (delay): centred for the critics' output layer.
     r_mean = float(rew[tr].mean())
     x = np.concatenate([crit, act], axis=1)
@@ -265,7 +279,7 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
 
     actor = _mlp(tf, n_in, "tanh", seed)
     opt = tf.keras.optimizers.Adam(HP["actor_lr"])
-    states, crit_states = tf.constant(obs[tr]), tf.constant(crit[tr])
+    states, crit_states = tf.constant(obs[tr_actor]), tf.constant(crit[tr_actor])
 
     @tf.function
     def actor_step(s: Any, cs: Any) -> Any:
@@ -279,7 +293,7 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
                                 strict=True))
         return objective
 
-    n = len(tr)
+    n = len(tr_actor)
     for _ in range(HP["actor_epochs"]):
         perm = rng.permutation(n)
         batches = (perm[i:i + HP["batch"]] for i in range(0, n, HP["batch"]))
@@ -293,8 +307,10 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
     limits = [limit_for(float(a)) for a in actor(obs, training=False).numpy()[:, 0]]
     fit = {(k if k != "cubic" else other.lower()): v for k, v in _fit_summary(rows, limits).items()}
     training = {"hyperparameters": {k: list(v) if isinstance(v, tuple) else v for k, v in HP.items()},
-                "samples": len(rows), "episodes": len({(r.get("pre"), r["episode"], r["t"] // 1000) for r in rows}),
-                "data": ", ".join(str(f) for f in files), "seed": seed,
+                "samples": len(rows), "critic_only_samples": len(extra),
+                "episodes": len({(r.get("pre"), r["episode"], r["t"] // 1000) for r in rows}),
+                "data": ", ".join(str(f) for f in files),
+                "critic_data": ", ".join(str(f) for f in extra_files), "seed": seed,
                 "inputs": len(input_names(with_derived, with_empty, with_rtt)),
                 "rounds": sorted({f"{r.get('pre', 'random')}/{r.get('explore', 'uniform')}" for r in rows}),
                 "algorithm": "offline actor-critic (module docstring)"
@@ -394,6 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--critic", choices=CRITIC_INPUTS, default="router",
                    help="the critics' inputs: the actor's (router), or the flow's bandwidth, RTT, CCA and "
                         "experiment time (privileged: an asymmetric actor-critic; the actor still sees the router's)")
+    t.add_argument("--critic-data", type=Path, action="append", default=None,
+                   help="more samples for the privileged critics only (e.g. collected before linkemu measured "
+                        "an input the actor takes); repeatable")
     t.add_argument("--out", type=Path, default=DEFAULT_OUT)
     t.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
     t.add_argument("--seed", type=int, default=1)
@@ -415,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived, with_empty=a.empty,
-                  with_rtt=a.rtt, reward_kind=a.reward, critic_inputs=a.critic)
+                  with_rtt=a.rtt, reward_kind=a.reward, critic_inputs=a.critic, critic_data=a.critic_data)
         except (MixedSamplesError, SampleInputsError) as e:
             ap.error(str(e))
     return 0

@@ -145,13 +145,16 @@ def test_samples_keep_one_sender_profile(tmp_path) -> None:
     assert f.read_text() == text
 
 
-def test_privileged_critics_teach_the_actor_what_the_router_sees(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("critic_only", [False, True], ids=["all-samples", "half-critic-only"])
+def test_privileged_critics_teach_the_actor_what_the_router_sees(tmp_path, monkeypatch, critic_only) -> None:
     """``train --critic privileged`` (an asymmetric actor-critic): the critics see the flow's draw, the actor
     only the router's 60 inputs.  Synthetic experiments as above (Reno's best limit 1 BDP, CUBIC's 0.43), whose
     features carry the bandwidth (out_rate_pps), the RTT (since_loss_s) and the CCA (queue_std_pkts) as a
     router could estimate them: the actor must give Reno about 2.3x CUBIC's limit and follow the BDP.  The
     router-input critics must learn the same from the features; the privileged ones only from the draw.
-    Tolerances: 2 critics, 600 noisy samples, as the ceiling tests (+-25 % on the ratio)."""
+    Tolerances: 2 critics, 600 noisy samples, as the ceiling tests (+-25 % on the ratio).
+    ``half-critic-only``: half the samples, without the router's inputs, go to ``critic_data`` (the critics
+    only); the actor, trained on the other half's states, must still learn the same."""
     from ccswitch.models import lfq_train
     from ccswitch.models.lfq_actor import OBS_FEATURES, load_actor
 
@@ -167,10 +170,17 @@ def test_privileged_critics_teach_the_actor_what_the_router_sees(tmp_path, monke
         obs[idx["since_loss_s"]] = d["rtt_ms"] / 25.0
         obs[idx["queue_std_pkts"]] = 1.0 if d["cca"] == "reno" else 0.0
         r.update(obs=obs.tolist(), reward=reward_at(r, ALPHA), episode=i, t=0.0, sender="linux")
-    f = tmp_path / "s.jsonl"
-    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    info = lfq_train.train([f], tmp_path / "a.json", None, 1, critic_inputs="privileged")
+    f, g = tmp_path / "s.jsonl", tmp_path / "c.jsonl"
+    mine, theirs = (rows[::2], rows[1::2]) if critic_only else (rows, [])
+    f.write_text("".join(json.dumps(r) + "\n" for r in mine))
+    g.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "obs"}) + "\n" for r in theirs))
+    info = lfq_train.train([f], tmp_path / "a.json", None, 1, critic_inputs="privileged",
+                           critic_data=[g] if critic_only else None)
     assert "privileged critics" in info["algorithm"]
+    assert (info["samples"], info["critic_only_samples"]) == (len(mine), len(theirs))
+    if critic_only:  # the critic-only samples need privileged critics: one line, before TensorFlow starts
+        with pytest.raises(lfq_train.MixedSamplesError, match="needs --critic privileged"):
+            lfq_train.train([f], tmp_path / "b.json", None, 1, critic_data=[g])
     actor = load_actor(tmp_path / "a.json")
     lims = np.array(actor.act_batch(np.array([r["obs"] for r in rows], np.float32)))
     lims = np.array([2.0 ** (4 * (a + 1)) for a in lims])
