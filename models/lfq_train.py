@@ -5,7 +5,7 @@
         [--startup LIMIT:SECONDS]
     python -m ccswitch.models.lfq_train train [--data results/lfq/train.jsonl [--data round2.jsonl]]
         [--derived] [--empty] [--rtt] [--reward paper|paper-share|delay] [--critic router|privileged]
-        [--critic-data FILE]
+        [--critic-data FILE] [--hp NAME=VALUE]
         [--out models/lfq_actor.json]
         [--plot docs/network/lfq-training.png] [--seed 1]
 
@@ -56,7 +56,7 @@ the router applies the start-up the actor was trained behind (samples of differe
 shipped actor's: docs/network/lfq.md "More data"); ``--reward paper-share`` on paper 001's reward divided by the
 flow's fair share b (:data:`REWARDS`; docs/network/lfq.md "What limits Reno's throughput").
 
-Every hyperparameter is in :data:`HP`.  The actor file
+Every hyperparameter is in :data:`HP` (``train --hp NAME=VALUE`` overrides one for a run).  The actor file
 (:mod:`ccswitch.models.lfq_actor`) records them, the sample count and the fit.
 """
 
@@ -377,6 +377,26 @@ def _startup_arg(text: str) -> Startup:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _tunable() -> list[str]:
+    """The entries of :data:`HP` that ``train --hp`` may override: the numeric ones of training (the control
+    interval and the flows per episode belong to the data and the router, not to a fit)."""
+    return [k for k, v in HP.items() if isinstance(v, (int, float)) and k not in ("interval_s", "flows_per_run")]
+
+
+def _hp_arg(text: str) -> tuple[str, float | int]:
+    """``NAME=VALUE`` for a numeric entry of :data:`HP`, of its type (argparse's one-line error otherwise)."""
+    name, sep, value = text.partition("=")
+    numeric = _tunable()
+    if not sep or name not in numeric:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {', '.join(numeric)}, got {text!r}")
+    kind = type(HP[name])
+    try:
+        return name, kind(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name} takes {'an integer' if kind is int else 'a number'}, "
+                                         f"got {value!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     from ccswitch.testbed.runs.tcp_senders import SENDERS
 
@@ -413,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--critic-data", type=Path, action="append", default=None,
                    help="more samples for the privileged critics only (e.g. collected before linkemu measured "
                         "an input the actor takes); repeatable")
+    t.add_argument("--hp", type=_hp_arg, action="append", default=[], metavar="NAME=VALUE",
+                   help=f"override a hyperparameter of HP for this run (recorded in the actor file); one of "
+                        f"{', '.join(_tunable())}")
     t.add_argument("--out", type=Path, default=DEFAULT_OUT)
     t.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
     t.add_argument("--seed", type=int, default=1)
@@ -432,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
             collect(a.episodes, a.data, actor_path=a.actor, pre=a.pre, explore=a.explore, seed=a.seed,
                     sender=a.sender, startup=a.startup)
     else:
+        HP.update(dict(a.hp))  # this process only: the actor file records the values it was trained with
         try:
             train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived, with_empty=a.empty,
                   with_rtt=a.rtt, reward_kind=a.reward, critic_inputs=a.critic, critic_data=a.critic_data)

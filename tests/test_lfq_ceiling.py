@@ -189,3 +189,17 @@ def test_privileged_critics_teach_the_actor_what_the_router_sees(tmp_path, monke
     ratio = lims[reno].mean() / lims[~reno].mean()
     assert 1.7 <= ratio <= 3.0, ratio
     assert np.corrcoef(bdp[reno], lims[reno])[0, 1] >= 0.8
+
+
+def test_train_hp_overrides_are_checked_names_and_types(capsys) -> None:
+    """``train --hp NAME=VALUE`` overrides a training hyperparameter of the same type; a wrong name, type or
+    form (or the control interval, which belongs to the data) is argparse's one-line error, exit 2."""
+    from ccswitch.models.lfq_train import _hp_arg, main
+
+    assert _hp_arg("pessimism=0.5") == ("pessimism", 0.5) and _hp_arg("critics=3") == ("critics", 3)
+    for bad, words in (("foo=1", "NAME one of leak"), ("pessimism", "expected NAME=VALUE"),
+                       ("critics=1.5", "critics takes an integer"), ("interval_s=0.1", "expected NAME=VALUE")):
+        with pytest.raises(SystemExit) as e:
+            main(["train", "--hp", bad])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and words in err[-1], (bad, err)
