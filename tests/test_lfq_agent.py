@@ -56,8 +56,10 @@ PAPER_SENDER = REPO / "models" / "lfq_actor_paper_sender.json"
 """The actor for paper 001's own sender (NewReno without SACK, BIC; 90 inputs): its reproduction's actor."""
 PAPER_SENDER_STARTUP = REPO / "models" / "lfq_actor_paper_sender_startup.json"
 """The same sender's actor behind a start-up limit, trained with privileged critics (100 inputs)."""
-ACTORS = [SHIPPED, PAPER_SENDER, PAPER_SENDER_STARTUP]
-ACTOR_IDS = ["shipped", "paper-sender", "paper-sender-startup"]
+PAPER_SENDER_RTT = REPO / "models" / "lfq_actor_paper_sender_rtt.json"
+"""The same again with the handshake RTT inputs (112 inputs; docs/network/lfq.md "The RTT a router can see")."""
+ACTORS = [SHIPPED, PAPER_SENDER, PAPER_SENDER_STARTUP, PAPER_SENDER_RTT]
+ACTOR_IDS = ["shipped", "paper-sender", "paper-sender-startup", "paper-sender-rtt"]
 
 
 def _rate_actor(path: Path, startup: Startup | None = None) -> None:
@@ -330,7 +332,8 @@ def test_scenario_selects_the_agent_and_checks_it(tmp_path: Path) -> None:
 def test_shipped_actor_loads(path: Path) -> None:
     a = load_actor(path)
     assert a.interval_s == 0.01 and a.training.get("samples", 0) > 0
-    assert (a.startup is not None) == (path == PAPER_SENDER_STARTUP)
+    assert (a.startup is not None) == (path in (PAPER_SENDER_STARTUP, PAPER_SENDER_RTT))
+    assert a.with_rtt == (path == PAPER_SENDER_RTT)
 
 
 # ------------------------------------------------------------------ kernel ---
@@ -424,7 +427,7 @@ def test_shipped_actor_runs_the_loop(path: Path, sock_dir: Path, iperf3: str) ->
     _trace, final, loop = _flow_through_lfq(path, sock_dir, 2.5)
     assert loop.error is None and loop.steps > 80 and final["limit_sets"] >= 1, (loop.error, final["limit_sets"])
     data = max(final["flows"], key=lambda f: f["packets_in"])
-    want = load_actor(path).limits([data["features"]])[0]
+    want = load_actor(path).limits_of([data])[0]  # features, age and handshake RTT, as the loop reads them
     # The limit in force is what the actor gives for the features of 10 ms ago; the slow averages
     # hardly move in 10 ms, so the two agree within a factor 1.5 (the log scale's ~10 % per packet
     # step near 16 packets, and the fast averages' change).
