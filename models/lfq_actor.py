@@ -274,20 +274,32 @@ def sample_inputs(rows: Sequence[Mapping[str, Any]], *, with_derived: bool = Fal
     and ``handshake_rtt_s`` at the experiment), rows x inputs.  Samples without what an input needs:
     :class:`SampleInputsError`, one line naming how many and the flag to drop."""
     obs = np.array([r["obs"] for r in rows], dtype=np.float32).reshape(len(rows), len(OBS_FEATURES))
-    parts = [obs, derived(obs)] if with_derived else [obs]
+    empty = rtts = None
     if with_empty:
         bad = sum(len(r.get("empty") or ()) != len(EMPTY_FEATURES) for r in rows)
         if bad:
             raise SampleInputsError(f"{bad} of {len(rows)} samples have no empty_frac inputs (collected before "
                                     "linkemu reported them): collect again, or train without --empty")
-        parts.append(np.array([r["empty"] for r in rows], dtype=np.float32).reshape(len(rows), K))
+        empty = np.array([r["empty"] for r in rows], dtype=np.float32).reshape(len(rows), K)
     if with_rtt:
         bad = sum("handshake_rtt_s" not in r for r in rows)
         if bad:
             raise SampleInputsError(f"{bad} of {len(rows)} samples have no handshake_rtt_s (collected before "
                                     "linkemu measured it): collect again, or train without --rtt")
-        parts.append(np.stack([rtt_inputs(o, r["handshake_rtt_s"]) for o, r in zip(obs, rows, strict=True)])
-                     if rows else np.zeros((0, len(RTT_FEATURES)), dtype=np.float32))
+        rtts = [r["handshake_rtt_s"] for r in rows]
+    return _assemble(obs, with_derived, empty, rtts)
+
+
+def _assemble(obs: np.ndarray, with_derived: bool, empty: np.ndarray | None,
+              rtts: Sequence[float | None] | None) -> np.ndarray:
+    """The one order of an actor's inputs (:func:`input_names`), for the router and for training alike: the 60,
+    the derived ones if *with_derived*, the *empty* ones if given, the RTT ones if *rtts* are given."""
+    parts = [obs, derived(obs)] if with_derived else [obs]
+    if empty is not None:
+        parts.append(empty)
+    if rtts is not None:
+        parts.append(np.stack([rtt_inputs(o, r) for o, r in zip(obs, rtts, strict=True)]) if len(obs)
+                     else np.zeros((0, len(RTT_FEATURES)), dtype=np.float32))
     return np.concatenate(parts, axis=1)
 
 
@@ -364,13 +376,9 @@ class Actor:
         if not features:
             return []
         obs = np.stack([observation(f) for f in features])
-        parts = [obs, derived(obs)] if self.with_derived else [obs]
-        if self.with_empty:
-            parts.append(np.stack([empty_inputs(f) for f in features]))
-        if self.with_rtt:
-            rtts = list(rtts_s) if rtts_s is not None else [None] * len(features)
-            parts.append(np.stack([rtt_inputs(o, r) for o, r in zip(obs, rtts, strict=True)]))
-        acts = self.act_batch(np.concatenate(parts, axis=1))
+        empty = np.stack([empty_inputs(f) for f in features]) if self.with_empty else None
+        rtts = (list(rtts_s) if rtts_s is not None else [None] * len(features)) if self.with_rtt else None
+        acts = self.act_batch(_assemble(obs, self.with_derived, empty, rtts))
         out = [limit_for(float(a)) for a in acts]
         if self.startup is not None and ages_s is not None:
             young = self.startup
