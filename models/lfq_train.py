@@ -97,7 +97,6 @@ from .lfq_ceiling import (
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = Path("results/lfq/train.jsonl")
 DEFAULT_OUT = REPO / "models" / "lfq_actor.json"
-DEFAULT_PLOT = REPO / "docs" / "network" / "lfq-training.png"
 
 HP: dict[str, Any] = {
     "interval_s": 0.01,          # control interval (the router loop's and the episodes')
@@ -437,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"override a hyperparameter of HP for this run (recorded in the actor file); one of "
                         f"{', '.join(_tunable())}")
     t.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    t.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
+    t.add_argument("--plot", type=Path, help="write the training curves here (default: none)")
     t.add_argument("--seed", type=int, default=1)
     t.add_argument("--reward", choices=REWARDS, default="paper",
                    help="paper: paper 001's reward as logged; paper-share: the same over the flow's fair share; "

@@ -58,8 +58,10 @@ PAPER_SENDER_STARTUP = REPO / "models" / "lfq_actor_paper_sender_startup.json"
 """The same sender's actor behind a start-up limit, trained with privileged critics (100 inputs)."""
 PAPER_SENDER_RTT = REPO / "models" / "lfq_actor_paper_sender_rtt.json"
 """The same again with the handshake RTT inputs (112 inputs; docs/network/lfq.md "The RTT a router can see")."""
-ACTORS = [SHIPPED, PAPER_SENDER, PAPER_SENDER_STARTUP, PAPER_SENDER_RTT]
-ACTOR_IDS = ["shipped", "paper-sender", "paper-sender-startup", "paper-sender-rtt"]
+PAPER_SENDER_RTT_RANDOM = REPO / "models" / "lfq_actor_paper_sender_rtt_random.json"
+"""Its inputs, trained on states behind random behaviour limits (docs/network/lfq.md "Random behaviour limits")."""
+ACTORS = [SHIPPED, PAPER_SENDER, PAPER_SENDER_STARTUP, PAPER_SENDER_RTT, PAPER_SENDER_RTT_RANDOM]
+ACTOR_IDS = ["shipped", "paper-sender", "paper-sender-startup", "paper-sender-rtt", "paper-sender-rtt-random"]
 
 
 def _rate_actor(path: Path, startup: Startup | None = None) -> None:
@@ -332,8 +334,8 @@ def test_scenario_selects_the_agent_and_checks_it(tmp_path: Path) -> None:
 def test_shipped_actor_loads(path: Path) -> None:
     a = load_actor(path)
     assert a.interval_s == 0.01 and a.training.get("samples", 0) > 0
-    assert (a.startup is not None) == (path in (PAPER_SENDER_STARTUP, PAPER_SENDER_RTT))
-    assert a.with_rtt == (path == PAPER_SENDER_RTT)
+    assert (a.startup is not None) == (path in (PAPER_SENDER_STARTUP, PAPER_SENDER_RTT, PAPER_SENDER_RTT_RANDOM))
+    assert a.with_rtt == (path in (PAPER_SENDER_RTT, PAPER_SENDER_RTT_RANDOM))
 
 
 # ------------------------------------------------------------------ kernel ---
