@@ -377,7 +377,9 @@ class Actor:
             return []
         obs = np.stack([observation(f) for f in features])
         empty = np.stack([empty_inputs(f) for f in features]) if self.with_empty else None
-        rtts = (list(rtts_s) if rtts_s is not None else [None] * len(features)) if self.with_rtt else None
+        rtts: list[float | None] | None = None
+        if self.with_rtt:  # a flow with no RTT gets the 'unknown' inputs
+            rtts = list(rtts_s) if rtts_s is not None else [None] * len(features)
         acts = self.act_batch(_assemble(obs, self.with_derived, empty, rtts))
         out = [limit_for(float(a)) for a in acts]
         if self.startup is not None and ages_s is not None:
