@@ -45,6 +45,21 @@ flow younger than its seconds keeps its limit, as the router loop does with an a
 and t_e is drawn in [startup seconds, duration / 2], so the experiments price what the actor
 decides after the start-up (docs/network/lfq.md "A start-up limit").
 
+**The scenario space** (``space``, a :class:`ccswitch.testbed.scenario.space.Space`; none by default:
+the paper's distribution).  Paper 001's draws are one narrow corner of what a router meets; an actor
+trained there sets 3-5 packet limits for the 25-50 Mbit/s WiFi flows of docs/results-network.md.  With
+a space, each episode draws the bottleneck rate R log-uniformly in the space's ``rate_mbit`` (b = R / (n + 1),
+the fair share of the n flows and the filler), each flow's RTT log-uniformly in its ``rtt.base_ms`` (at
+least the link's own BASE_RTT_MS; independent per flow, so the RTTs differ) and its CCA from its ``ccas``
+mix (CUBIC, BBR, PCC, Reno as the kernel and ccswitch's BPF PCC run them, the ``linux`` sender), and the
+clients' WiFi medium from its ``wifi.profile`` weights (linkemu's shared medium in front of the router, as
+the generated scenarios have it: every station at the space's PHY rate, raised until the medium carries
+R, without the rate anomaly).  The medium is why: it hands the router a station's packets in aggregates,
+so a flow needs buffer for its bursts as well as for its BDP, and the first shipped actor, trained
+without one, dropped them (0 of 9 fairness scenarios met).  Not drawn: the space's loss, its rate shapes
+(the lfq uplink is the bottleneck, constant), its client counts and churn.  Durations stay the paper's
+(3.75..6.25 s; real time is the cost of training).
+
 The control loop polls linkemu every ``interval_s`` (10 ms, as the router
 agent): features, backlog and packets out per flow.  A sample keeps the
 flow's handshake RTT as linkemu measured it (``handshake_rtt_s``, its SYN to
@@ -54,17 +69,21 @@ its next packet; None if it had none) for actors with RTT inputs.
 from __future__ import annotations
 
 import contextlib
+import math
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ccswitch.models.lfq_actor import LOG2_MAX, LOG2_MIN, MTU, Actor, Startup, empty_inputs, observation, reward
 
-__all__ = ["FlowDraw", "LfqEpisodes", "draw_flow"]
+if TYPE_CHECKING:
+    from ccswitch.testbed.scenario.space import Space
+
+__all__ = ["FlowDraw", "LfqEpisodes", "draw_flow", "episode_share", "episode_wifi"]
 
 FIRST_PORT = 5401
 FILLER_LOAD = 1.5
@@ -126,13 +145,56 @@ def _experiment_limit(rng: np.random.Generator, explore: str, bdp_pkts: float) -
     return 0
 
 
+def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
+    return float(math.exp(rng.uniform(math.log(lo), math.log(hi)))) if hi > lo else float(lo)
+
+
+def episode_share(rng: np.random.Generator, flows: int, space: Space | None = None) -> float:
+    """An episode's fair share b, Mbit/s: U[5, 25] (the paper's), or the space's bottleneck rate over the
+    *flows* and the filler (module docstring)."""
+    if space is None:
+        return float(rng.uniform(5.0, 25.0))
+    return _log_uniform(rng, space.rate_mbit.lo, space.rate_mbit.hi) / (flows + 1)
+
+
+def episode_wifi(rng: np.random.Generator, space: Space | None, clients: int, rate_mbit: float
+                 ) -> tuple[str, dict[str, Any] | None]:
+    """The episode's WiFi profile name and linkemu ``wifi`` section (None: wired) for *clients* stations
+    sharing a medium that must carry *rate_mbit* (module docstring; the generator's PHY rule)."""
+    from ccswitch.testbed.scenario.generate import MAC_EFFICIENCY, MEDIUM_HEADROOM
+    from ccswitch.testbed.scenario.space import WIFI_PROFILES
+
+    if space is None:
+        return "none", None
+    names = sorted(space.wifi_profile)
+    weights = np.array([space.wifi_profile[n] for n in names], dtype=float)
+    name = str(rng.choice(names, p=weights / weights.sum()))
+    profile = WIFI_PROFILES[name]
+    if profile is None:
+        return name, None
+    phy = float(max(space.phy_rate_mbit, math.ceil(MEDIUM_HEADROOM * rate_mbit / MAC_EFFICIENCY[name])))
+    return name, {"clients": [{"phy_rate_mbit": phy}] * clients, **profile}
+
+
+def _space_rtt_cca(rng: np.random.Generator, space: Space) -> tuple[float, str]:
+    """A flow's RTT (ms) and CCA drawn from the scenario space (module docstring)."""
+    rtt = _log_uniform(rng, max(space.rtt_base_ms.lo, BASE_RTT_MS), max(space.rtt_base_ms.hi, BASE_RTT_MS))
+    names = sorted(space.cca_mix)
+    weights = np.array([space.cca_mix[n] for n in names], dtype=float)
+    return round(rtt, 2), str(rng.choice(names, p=weights / weights.sum()))
+
+
 def draw_flow(rng: np.random.Generator, bandwidth_mbit: float, *, pre: str = "random",
-              explore: str = "uniform", loss_based: str = "cubic", startup: Startup | None = None) -> FlowDraw:
-    """A flow of the paper's distribution (bandwidth given: the episode's b; *loss_based*: its BIC); its
-    experiment comes after the *startup* (module docstring)."""
+              explore: str = "uniform", loss_based: str = "cubic", startup: Startup | None = None,
+              space: Space | None = None) -> FlowDraw:
+    """A flow of the paper's distribution (bandwidth given: the episode's b; *loss_based*: its BIC), or of
+    the scenario *space*'s RTTs and CCAs; its experiment comes after the *startup* (module docstring)."""
     duration = float(rng.uniform(3.75, 6.25))
-    rtt = round(float(rng.uniform(5.0, 25.0)), 2)
-    cca = str(rng.choice(("reno", loss_based)))
+    if space is None:
+        rtt = round(float(rng.uniform(5.0, 25.0)), 2)
+        cca = str(rng.choice(("reno", loss_based)))
+    else:
+        rtt, cca = _space_rtt_cca(rng, space)
     t_exp = round(float(rng.uniform(startup.seconds if startup else 0.0, duration / 2)), 3)
     bdp = bdp_pkts(bandwidth_mbit, rtt)
     return FlowDraw(bandwidth_mbit=round(bandwidth_mbit, 2), rtt_ms=rtt, cca=cca, duration_s=round(duration, 3),
@@ -160,10 +222,14 @@ class LfqEpisodes:
     """Runs training episodes on one topology (module docstring).  Needs root and the linkemu binary."""
 
     def __init__(self, *, flows_per_run: int = 3, interval_s: float = 0.01, workdir: str | Path | None = None,
-                 seed: int = 1, sender: str = "linux") -> None:
+                 seed: int = 1, sender: str = "linux", space: Space | None = None) -> None:
         from ccswitch.testbed.runs.tcp_senders import SENDERS
 
+        if space is not None and sender != "linux":
+            raise ValueError(f"a scenario space runs its CCAs as the kernel has them: sender 'linux', not {sender!r}")
         self.n = flows_per_run
+        self.space = space
+        self._wifi = "none"  # the episode's WiFi profile (episode_wifi)
         self.sender = sender
         self.loss_based = SENDERS[sender].loss_based
         self.interval_s = interval_s
@@ -196,16 +262,17 @@ class LfqEpisodes:
             raise ValueError("pre='actor' and explore='around' need an actor")
         topo, rng = self._topo, self.rng
         self.episodes += 1
-        b = float(rng.uniform(5.0, 25.0))
-        draws = [draw_flow(rng, b, pre=pre, explore=explore, loss_based=self.loss_based, startup=startup)
-                 for _ in range(self.n)]
+        b = episode_share(rng, self.n, self.space)
+        draws = [draw_flow(rng, b, pre=pre, explore=explore, loss_based=self.loss_based, startup=startup,
+                           space=self.space) for _ in range(self.n)]
         tracks = [_Track(d, topo.client_addrs[i]) for i, d in enumerate(draws)]
         sock = self.workdir / "linkemu.sock"
         rate = b * (self.n + 1)
+        self._wifi, wifi = episode_wifi(rng, self.space, self.n + 1, rate)
         cfg = emulator_config(
             topo.client_ifs, topo.server_if, seed=self.episodes, interval_ms=1000,
             uplink=link(rate, BASE_RTT_MS / 2, qdisc={"kind": "lfq"}),
-            downlink=link(rate, BASE_RTT_MS / 2, limit_pkts=1000),
+            downlink=link(rate, BASE_RTT_MS / 2, limit_pkts=1000), wifi=wifi,
             client_delay_ms=[max(d.rtt_ms - BASE_RTT_MS, 0.0) for d in draws] + [0.0],
             control={"socket": str(sock)})
         with contextlib.ExitStack() as ep:
@@ -289,6 +356,8 @@ class LfqEpisodes:
                 "mean_queue_pkts": round(q, 3), "reward": round(reward(thr, q), 5),
                 "bdp_pkts": round(bdp_pkts(b_mbit, d.rtt_ms), 3), "episode": self.episodes,
                 "sender": self.sender, "startup": startup.as_dict() if startup else None,
+                "space": self.space.name if self.space is not None else None,
+                "wifi": self._wifi if self.space is not None else None,
                 "t": time.time()}
 
 

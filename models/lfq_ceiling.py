@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Sequence
 from itertools import pairwise
@@ -89,8 +90,23 @@ def delay_normalised(rows: Sequence[dict[str, Any]], kappa: float) -> np.ndarray
     return np.array([delay_reward_at(r, kappa) for r in rows])
 
 
+SPACE_CCAS = ("reno", "bbr", "pcc")
+"""CCAs with their own privileged input when samples of a scenario space are among the rows (the fourth,
+CUBIC, is all three zero)."""
+SPACE_WIFI = ("light", "heavy")
+"""The episode's WiFi profile, one input each (wired: both zero; samples from before it was drawn: wired)."""
+
+
 def privileged_inputs(rows: Sequence[dict[str, Any]]) -> np.ndarray:
-    """The flow's draw, scaled to ~[0, 1]: bandwidth, RTT, Reno or not, experiment time."""
+    """The flow's draw, scaled to ~[0, 1]: bandwidth, RTT, Reno or not, experiment time.  Rows drawn from a
+    scenario space (lfq_train collect --space: b 2.5..50 Mbit/s, RTT 2..100 ms, four CCAs, a WiFi medium) are
+    scaled on a log scale instead, with one input per CCA of SPACE_CCAS and per WiFi profile of SPACE_WIFI;
+    paper 001's rows alone keep the first form."""
+    if any(r.get("space") for r in rows):
+        return np.array([[math.log2(r["draw"]["bandwidth_mbit"]) / 6.0, math.log2(r["draw"]["rtt_ms"]) / 7.0,
+                          *(float(r["draw"]["cca"] == c) for c in SPACE_CCAS),
+                          *(float((r.get("wifi") or "none") == w) for w in SPACE_WIFI),
+                          min(r["draw"]["t_exp_s"], 3.0) / 3.0] for r in rows], dtype=np.float32)
     return np.array([[r["draw"]["bandwidth_mbit"] / 25.0, r["draw"]["rtt_ms"] / 25.0,
                       float(r["draw"]["cca"] == "reno"), min(r["draw"]["t_exp_s"], 3.0) / 3.0]
                      for r in rows], dtype=np.float32)
@@ -191,9 +207,10 @@ def samples_sender(rows: list[dict[str, Any]]) -> str:
 
 def loss_based_slot(rows: list[dict[str, Any]]) -> str:
     """Put BIC samples in the "cubic" slot (module docstring); the name of the CCA that ran, upper case.
-    Samples of two loss-based CCAs or of two sender profiles are refused (MixedSamplesError)."""
+    Samples of two loss-based CCAs or of two sender profiles are refused (MixedSamplesError); a scenario
+    space's BBR and PCC flows are neither (they keep their names)."""
     samples_sender(rows)
-    ran = {r["draw"]["cca"] for r in rows} - {"reno"}
+    ran = {r["draw"]["cca"] for r in rows} - {"reno", "bbr", "pcc"}
     if len(ran) > 1:
         raise MixedSamplesError(f"the samples mix {' and '.join(sorted(ran))}: give files of one of them")
     for r in rows:

@@ -2,7 +2,7 @@
 
     python -m ccswitch.models.lfq_train collect --episodes 200 [--data results/lfq/train.jsonl]
         [--actor models/lfq_actor.json --pre actor --explore around] [--seed 1] [--sender linux]
-        [--startup LIMIT:SECONDS]
+        [--startup LIMIT:SECONDS] [--space testbed/scenarios/space.toml]
     python -m ccswitch.models.lfq_train train [--data results/lfq/train.jsonl [--data round2.jsonl]]
         [--derived] [--empty] [--rtt] [--reward paper|paper-share|delay] [--critic router|privileged]
         [--critic-data FILE] [--hp NAME=VALUE]
@@ -51,6 +51,11 @@ reported an input the actor takes still teach the critics what each limit earned
 ``collect --startup 8:1`` holds every flow at 8 packets until it is 1 s old and puts its experiment after
 that (a deviation: lfq_actor's "Start-up"); ``train`` writes the samples' start-up into the actor file, so
 the router applies the start-up the actor was trained behind (samples of different start-ups: one error line).
+
+``collect --space testbed/scenarios/space.toml`` draws each episode's rate and each flow's RTT and CCA
+(CUBIC, BBR, PCC, Reno) from the scenario space the matrix draws from, not from paper 001's distribution
+(envs/lfq_env.py "The scenario space"; docs/network/lfq.md "An actor for the scenario space"); train its
+samples with ``--reward paper-share`` (b spans 2.5..50 Mbit/s) and ``--critic privileged``.
 
 ``--reward delay`` trains on lfq_actor.delay_reward instead of paper 001's reward (a deviation, not the
 shipped actor's: docs/network/lfq.md "More data"); ``--reward paper-share`` on paper 001's reward divided by the
@@ -119,10 +124,15 @@ HP: dict[str, Any] = {
 
 
 def collect(episodes: int, data: Path, *, actor_path: Path | None, pre: str, explore: str, seed: int,
-            sender: str = "linux", startup: Startup | None = None) -> None:
-    """*startup*: the young flows' limit (None: the actor's, if it has one, else none)."""
+            sender: str = "linux", startup: Startup | None = None, space_path: Path | None = None) -> None:
+    """*startup*: the young flows' limit (None: the actor's, if it has one, else none); *space_path*: draw
+    the flows from that scenario space file instead of paper 001's distribution."""
+    from ccswitch.bpf.pcc import pcc_held
     from ccswitch.envs.lfq_env import LfqEpisodes
     from ccswitch.testbed.runs.tcp_senders import held_loss_based
+    from ccswitch.testbed.scenario.space import load_space
+
+    space = load_space(space_path) if space_path else None
 
     actor = load_actor(actor_path) if actor_path else None
     if startup is None and actor is not None:
@@ -131,8 +141,9 @@ def collect(episodes: int, data: Path, *, actor_path: Path | None, pre: str, exp
     done = sum(1 for _ in data.open()) if data.is_file() else 0
     t0 = time.monotonic()
     # A new seed per invocation and resumed count: a resumed collection draws new flows.
-    with held_loss_based(sender), LfqEpisodes(flows_per_run=HP["flows_per_run"], interval_s=HP["interval_s"],
-                           seed=seed * 100_003 + done, sender=sender) as env, data.open("a") as out:
+    with held_loss_based(sender), pcc_held(space is not None and space.cca_mix.get("pcc", 0) > 0), \
+            LfqEpisodes(flows_per_run=HP["flows_per_run"], interval_s=HP["interval_s"],
+                        seed=seed * 100_003 + done, sender=sender, space=space) as env, data.open("a") as out:
         for i in range(1, episodes + 1):
             samples = env.episode(actor=actor, pre=pre, explore=explore, startup=startup)
             for s in samples:
@@ -416,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--startup", type=_startup_arg, default=None, metavar="LIMIT:SECONDS",
                    help="hold each flow at LIMIT packets until it is SECONDS old, experiment after that "
                         "(default: the --actor's start-up, else none)")
+    c.add_argument("--space", type=Path, default=None, metavar="FILE",
+                   help="draw rates, RTTs and CCAs from this scenario space file (testbed/scenarios/space.toml) "
+                        "instead of paper 001's distribution; needs --sender linux")
     t = sub.add_parser("train", help="fit critics and actor on the samples, write the actor file")
     t.add_argument("--data", type=Path, action="append", default=None,
                    help=f"a samples file; repeat for several rounds (default {DEFAULT_DATA})")
@@ -444,15 +458,31 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.cmd == "collect":
         from ccswitch.testbed.runs.netns_lifecycle import sigterm_as_exit
+        from ccswitch.testbed.scenario.model import ScenarioError
+        from ccswitch.testbed.scenario.space import load_space
 
-        had = samples_sender(load_samples(a.data)) if a.data.is_file() and a.data.stat().st_size else None
+        rows = load_samples(a.data) if a.data.is_file() and a.data.stat().st_size else []
+        had = samples_sender(rows) if rows else None
         if had is not None and had != a.sender:
             ap.error(f"{a.data} holds samples of sender {had}, not {a.sender}: give --sender {had} "
                      "to add to it, or another --data")
+        if a.space is not None:
+            if a.sender != "linux":
+                ap.error("--space draws its CCAs as the kernel runs them: use it with --sender linux")
+            try:
+                name = load_space(a.space).name
+            except ScenarioError as e:
+                ap.error(str(e))
+        else:
+            name = None
+        spaces = {r.get("space") for r in rows}
+        if rows and spaces != {name}:
+            ap.error(f"{a.data} holds samples of space {sorted(map(str, spaces))}, not {name}: "
+                     "collect different distributions into different --data files")
 
         with sigterm_as_exit():  # kill tears the episode's namespaces and linkemu down
             collect(a.episodes, a.data, actor_path=a.actor, pre=a.pre, explore=a.explore, seed=a.seed,
-                    sender=a.sender, startup=a.startup)
+                    sender=a.sender, startup=a.startup, space_path=a.space)
     else:
         HP.update(dict(a.hp))  # this process only: the actor file records the values it was trained with
         try:

@@ -57,6 +57,9 @@ QUEUES: dict[str, str] = {
     "dualpi2-a3c-res": f'{{ kind = "dualpi2", agent = "{REPO / "models" / "dualpi2_a3c.json"}" }}',
     # paper 001's LFQ: fq with per-flow limits set every 10 ms by the trained agent (docs/network/lfq.md)
     "lfq": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor.json"}" }}',
+    # the same queue with the actor trained on the scenario space's rates, RTTs, CCAs and WiFi media
+    # (docs/network/lfq.md "An actor for the scenario space")
+    "lfq-space": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor_space.json"}" }}',
     # paper 004: every flow the same (Gold) policy, so per-flow packet values decide the shares
     "vdq_csaqm": '{ kind = "vdq_csaqm", default_policy = "gold" }',
 }

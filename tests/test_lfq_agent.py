@@ -60,8 +60,10 @@ PAPER_SENDER_RTT = REPO / "models" / "lfq_actor_paper_sender_rtt.json"
 """The same again with the handshake RTT inputs (112 inputs; docs/network/lfq.md "The RTT a router can see")."""
 PAPER_SENDER_RTT_RANDOM = REPO / "models" / "lfq_actor_paper_sender_rtt_random.json"
 """Its inputs, trained on states behind random behaviour limits (docs/network/lfq.md "Random behaviour limits")."""
-ACTORS = [SHIPPED, PAPER_SENDER, PAPER_SENDER_STARTUP, PAPER_SENDER_RTT, PAPER_SENDER_RTT_RANDOM]
-ACTOR_IDS = ["shipped", "paper-sender", "paper-sender-startup", "paper-sender-rtt", "paper-sender-rtt-random"]
+SPACE = REPO / "models" / "lfq_actor_space.json"
+"""Trained on the scenario space's rates, RTTs, CCAs and WiFi media (docs/network/lfq.md)."""
+ACTORS = [SHIPPED, PAPER_SENDER, PAPER_SENDER_STARTUP, PAPER_SENDER_RTT, PAPER_SENDER_RTT_RANDOM, SPACE]
+ACTOR_IDS = ["shipped", "paper-sender", "paper-sender-startup", "paper-sender-rtt", "paper-sender-rtt-random", "space"]
 
 
 def _rate_actor(path: Path, startup: Startup | None = None) -> None:
@@ -212,6 +214,87 @@ def test_behaviour_limits_around_the_bdp() -> None:
     assert draw_flow(rng, 20.0, explore="around").limit_exp == 0
 
 
+def test_flows_drawn_from_the_scenario_space(tmp_path: Path) -> None:
+    """``collect --space``: an episode's share b is the space's rate (log-uniform) over the flows and the
+    filler, each flow's RTT lies in the space's base range (at least the link's own 2 ms) and its CCA comes
+    from the space's mix (all four); without a space the paper's draws are unchanged (same RNG stream)."""
+    from ccswitch.envs.lfq_env import BASE_RTT_MS, draw_flow, episode_share
+    from ccswitch.testbed.scenario.space import load_space
+
+    space = load_space(REPO / "testbed" / "scenarios" / "space.toml")
+    rng = np.random.default_rng(7)
+    shares = np.array([episode_share(rng, 3, space) for _ in range(2000)])
+    lo, hi = space.rate_mbit.lo / 4, space.rate_mbit.hi / 4
+    assert lo <= shares.min() < lo * 1.1 and hi * 0.9 < shares.max() <= hi
+    # log-uniform: the median is the geometric mean (2000 draws: within 10 %), not the arithmetic one
+    assert abs(np.median(shares) / np.sqrt(lo * hi) - 1) < 0.1
+    draws = [draw_flow(rng, 20.0, space=space, explore="bdp") for _ in range(2000)]
+    rtts = np.array([d.rtt_ms for d in draws])
+    assert max(space.rtt_base_ms.lo, BASE_RTT_MS) <= rtts.min() and rtts.max() <= space.rtt_base_ms.hi
+    ccas = [d.cca for d in draws]
+    assert set(ccas) == set(space.cca_mix)
+    for cca, w in space.cca_mix.items():  # 2000 draws: each share within 0.04 of its weight (> 3 sigma)
+        assert abs(ccas.count(cca) / len(ccas) - w / sum(space.cca_mix.values())) < 0.04
+    # The medium: profiles by the space's weights; its stations fast enough to carry the rate (the generator's
+    # rule: PHY x MAC efficiency >= 1.25 x the rate), every client on it.
+    from ccswitch.envs.lfq_env import episode_wifi
+    from ccswitch.testbed.scenario.generate import MAC_EFFICIENCY
+
+    media = [episode_wifi(rng, space, 4, 200.0) for _ in range(1000)]
+    names = [m[0] for m in media]
+    for name, w in space.wifi_profile.items():
+        assert abs(names.count(name) / 1000 - w / sum(space.wifi_profile.values())) < 0.06
+    for name, cfg in media:
+        assert (cfg is None) == (name == "none")
+        if cfg is not None:
+            assert len(cfg["clients"]) == 4 and cfg["clients"][0]["phy_rate_mbit"] * MAC_EFFICIENCY[name] >= 250
+    assert episode_wifi(rng, None, 4, 200.0) == ("none", None)
+    a, b = np.random.default_rng(9), np.random.default_rng(9)
+    assert [draw_flow(a, 12.0) for _ in range(20)] == [draw_flow(b, 12.0, space=None) for _ in range(20)]
+    assert {draw_flow(a, 12.0).cca for _ in range(50)} == {"reno", "cubic"}
+
+
+def test_space_collection_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A scenario space runs the kernel's CCAs (sender linux); a missing space file and a samples file of
+    another distribution are one line and exit 2, before any namespace is made."""
+    from ccswitch.envs.lfq_env import LfqEpisodes
+    from ccswitch.models.lfq_train import main
+    from ccswitch.testbed.scenario.space import load_space
+
+    space_file = REPO / "testbed" / "scenarios" / "space.toml"
+    with pytest.raises(ValueError, match="sender 'linux', not 'no-sack'"):
+        LfqEpisodes(space=load_space(space_file), sender="no-sack")
+    paper = tmp_path / "paper.jsonl"
+    paper.write_text(json.dumps({"draw": {}, "sender": "linux"}) + "\n")
+    cases = [(["--space", str(space_file), "--sender", "no-sack"], "use it with --sender linux"),
+             (["--space", str(tmp_path / "nope.toml")], "nope.toml"),
+             (["--space", str(space_file), "--data", str(paper)], "holds samples of space ['None'], not wifi-clients")]
+    for args, words in cases:
+        with pytest.raises(SystemExit) as e:
+            main(["collect", "--episodes", "1", "--data", str(tmp_path / "new.jsonl"), *args])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert words in err, err
+    assert not (tmp_path / "new.jsonl").exists()
+
+
+def test_privileged_inputs_of_space_samples() -> None:
+    """The privileged critics' view: paper 001's rows keep their four inputs; rows of a scenario space get a
+    log-scaled bandwidth and RTT and one input per CCA of three (CUBIC: all zero)."""
+    from ccswitch.models.lfq_ceiling import privileged_inputs
+
+    paper = [{"draw": {"bandwidth_mbit": 25.0, "rtt_ms": 12.5, "cca": "reno", "t_exp_s": 1.5}}]
+    assert privileged_inputs(paper).tolist() == [[1.0, 0.5, 1.0, 0.5]]
+    space = [{"space": "wifi-clients", "wifi": w, "draw": {"bandwidth_mbit": b, "rtt_ms": r, "cca": c, "t_exp_s": 6.0}}
+             for b, r, c, w in ((64.0, 128.0, "cubic", "none"), (2.0, 2.0, "pcc", "heavy"),
+                                (8.0, 16.0, "bbr", "light"))]
+    x = privileged_inputs(space)
+    assert x.shape == (3, 8) and float(x.max()) <= 1.0
+    assert x[0].tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert x[1, 4] == 1.0 and x[2, 3] == 1.0 and x[1, :2].tolist() == pytest.approx([1 / 6, 1 / 7])
+    assert x[1, 5:7].tolist() == [0.0, 1.0] and x[2, 5:7].tolist() == [1.0, 0.0]
+
+
 def test_startup_limit_holds_young_flows_only(tmp_path: Path) -> None:
     """An actor with a start-up gives a flow younger than its seconds the start-up limit, an older one (or one
     whose age is not given) the network's; the file carries it (and an actor without one has no key, so
@@ -335,7 +418,7 @@ def test_shipped_actor_loads(path: Path) -> None:
     a = load_actor(path)
     assert a.interval_s == 0.01 and a.training.get("samples", 0) > 0
     assert (a.startup is not None) == (path in (PAPER_SENDER_STARTUP, PAPER_SENDER_RTT, PAPER_SENDER_RTT_RANDOM))
-    assert a.with_rtt == (path in (PAPER_SENDER_RTT, PAPER_SENDER_RTT_RANDOM))
+    assert a.with_rtt == (path in (PAPER_SENDER_RTT, PAPER_SENDER_RTT_RANDOM, SPACE))
 
 
 # ------------------------------------------------------------------ kernel ---

@@ -22,8 +22,9 @@ def test_only_the_uplink_queue_changes(queue: str) -> None:
         kind = type(var.link.uplink.qdisc).__name__.lower()
         assert kind.replace("_", "") in {"pfifo": "pfifo", "fq_codel": "fqcodel", "fq-100": "fq",
                                          "dualpi2": "dualpi2", "dualpi2-a3c": "dualpi2", "dualpi2-a3c-res": "dualpi2",
-                                         "vdq_csaqm": "vdqcsaqm", "lfq": "lfq"}[queue]
-        if queue in ("dualpi2-a3c", "dualpi2-a3c-res", "lfq"):  # the shipped actor, wherever the copy is written
+                                         "vdq_csaqm": "vdqcsaqm", "lfq": "lfq", "lfq-space": "lfq"}[queue]
+        # the shipped actor, wherever the copy is written
+        if queue in ("dualpi2-a3c", "dualpi2-a3c-res", "lfq", "lfq-space"):
             assert var.link.uplink.qdisc.agent is not None and var.link.uplink.qdisc.agent.is_file()
 
 
