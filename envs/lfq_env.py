@@ -145,30 +145,26 @@ def _experiment_limit(rng: np.random.Generator, explore: str, bdp_pkts: float) -
     return 0
 
 
-def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
-    return float(math.exp(rng.uniform(math.log(lo), math.log(hi)))) if hi > lo else float(lo)
-
-
 def episode_share(rng: np.random.Generator, flows: int, space: Space | None = None) -> float:
     """An episode's fair share b, Mbit/s: U[5, 25] (the paper's), or the space's bottleneck rate over the
     *flows* and the filler (module docstring)."""
+    from ccswitch.testbed.scenario.generate import log_uniform
+
     if space is None:
         return float(rng.uniform(5.0, 25.0))
-    return _log_uniform(rng, space.rate_mbit.lo, space.rate_mbit.hi) / (flows + 1)
+    return log_uniform(rng, space.rate_mbit.lo, space.rate_mbit.hi) / (flows + 1)
 
 
 def episode_wifi(rng: np.random.Generator, space: Space | None, clients: int, rate_mbit: float
                  ) -> tuple[str, dict[str, Any] | None]:
     """The episode's WiFi profile name and linkemu ``wifi`` section (None: wired) for *clients* stations
     sharing a medium that must carry *rate_mbit* (module docstring; the generator's PHY rule)."""
-    from ccswitch.testbed.scenario.generate import MAC_EFFICIENCY, MEDIUM_HEADROOM
+    from ccswitch.testbed.scenario.generate import MAC_EFFICIENCY, MEDIUM_HEADROOM, weighted_choice
     from ccswitch.testbed.scenario.space import WIFI_PROFILES
 
     if space is None:
         return "none", None
-    names = sorted(space.wifi_profile)
-    weights = np.array([space.wifi_profile[n] for n in names], dtype=float)
-    name = str(rng.choice(names, p=weights / weights.sum()))
+    name = weighted_choice(rng, space.wifi_profile)
     profile = WIFI_PROFILES[name]
     if profile is None:
         return name, None
@@ -178,10 +174,10 @@ def episode_wifi(rng: np.random.Generator, space: Space | None, clients: int, ra
 
 def _space_rtt_cca(rng: np.random.Generator, space: Space) -> tuple[float, str]:
     """A flow's RTT (ms) and CCA drawn from the scenario space (module docstring)."""
-    rtt = _log_uniform(rng, max(space.rtt_base_ms.lo, BASE_RTT_MS), max(space.rtt_base_ms.hi, BASE_RTT_MS))
-    names = sorted(space.cca_mix)
-    weights = np.array([space.cca_mix[n] for n in names], dtype=float)
-    return round(rtt, 2), str(rng.choice(names, p=weights / weights.sum()))
+    from ccswitch.testbed.scenario.generate import log_uniform, weighted_choice
+
+    rtt = log_uniform(rng, max(space.rtt_base_ms.lo, BASE_RTT_MS), max(space.rtt_base_ms.hi, BASE_RTT_MS))
+    return round(rtt, 2), weighted_choice(rng, space.cca_mix)
 
 
 def draw_flow(rng: np.random.Generator, bandwidth_mbit: float, *, pre: str = "random",
@@ -229,7 +225,6 @@ class LfqEpisodes:
             raise ValueError(f"a scenario space runs its CCAs as the kernel has them: sender 'linux', not {sender!r}")
         self.n = flows_per_run
         self.space = space
-        self._wifi = "none"  # the episode's WiFi profile (episode_wifi)
         self.sender = sender
         self.loss_based = SENDERS[sender].loss_based
         self.interval_s = interval_s
@@ -268,7 +263,7 @@ class LfqEpisodes:
         tracks = [_Track(d, topo.client_addrs[i]) for i, d in enumerate(draws)]
         sock = self.workdir / "linkemu.sock"
         rate = b * (self.n + 1)
-        self._wifi, wifi = episode_wifi(rng, self.space, self.n + 1, rate)
+        medium, wifi = episode_wifi(rng, self.space, self.n + 1, rate)
         cfg = emulator_config(
             topo.client_ifs, topo.server_if, seed=self.episodes, interval_ms=1000,
             uplink=link(rate, BASE_RTT_MS / 2, qdisc={"kind": "lfq"}),
@@ -288,7 +283,7 @@ class LfqEpisodes:
                 ep.enter_context(IperfFlow(topo.clients[i], topo.server_addr, FIRST_PORT + i, cca=d.cca,
                                            seconds=d.duration_s, interval=1.0))
             self._loop(ctl, tracks, actor, startup)
-        return [self._sample(t, b, startup) for t in tracks if t.obs is not None and t.out_end is not None]
+        return [self._sample(t, b, startup, medium) for t in tracks if t.obs is not None and t.out_end is not None]
 
     def _loop(self, ctl: Any, tracks: list[_Track], actor: Actor | None, startup: Startup | None) -> None:
         deadline = time.monotonic() + max(t.draw.duration_s for t in tracks) + 3.0
@@ -341,7 +336,7 @@ class LfqEpisodes:
             next_t += self.interval_s
             time.sleep(max(next_t - time.monotonic(), 0.0))
 
-    def _sample(self, t: _Track, b_mbit: float, startup: Startup | None) -> dict[str, Any]:
+    def _sample(self, t: _Track, b_mbit: float, startup: Startup | None, medium: str) -> dict[str, Any]:
         d = t.draw
         span = max(d.duration_s - d.t_exp_s, 1e-3)
         assert t.out_end is not None
@@ -357,7 +352,7 @@ class LfqEpisodes:
                 "bdp_pkts": round(bdp_pkts(b_mbit, d.rtt_ms), 3), "episode": self.episodes,
                 "sender": self.sender, "startup": startup.as_dict() if startup else None,
                 "space": self.space.name if self.space is not None else None,
-                "wifi": self._wifi if self.space is not None else None,
+                "wifi": medium if self.space is not None else None,
                 "t": time.time()}
 
 

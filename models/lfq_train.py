@@ -73,7 +73,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -98,6 +98,9 @@ from .lfq_ceiling import (
     privileged_inputs,
     samples_sender,
 )
+
+if TYPE_CHECKING:
+    from ccswitch.testbed.scenario.space import Space
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = Path("results/lfq/train.jsonl")
@@ -124,15 +127,12 @@ HP: dict[str, Any] = {
 
 
 def collect(episodes: int, data: Path, *, actor_path: Path | None, pre: str, explore: str, seed: int,
-            sender: str = "linux", startup: Startup | None = None, space_path: Path | None = None) -> None:
-    """*startup*: the young flows' limit (None: the actor's, if it has one, else none); *space_path*: draw
-    the flows from that scenario space file instead of paper 001's distribution."""
+            sender: str = "linux", startup: Startup | None = None, space: Space | None = None) -> None:
+    """*startup*: the young flows' limit (None: the actor's, if it has one, else none); *space*: draw the
+    flows from that scenario space instead of paper 001's distribution."""
     from ccswitch.bpf.pcc import pcc_held
     from ccswitch.envs.lfq_env import LfqEpisodes
     from ccswitch.testbed.runs.tcp_senders import held_loss_based
-    from ccswitch.testbed.scenario.space import load_space
-
-    space = load_space(space_path) if space_path else None
 
     actor = load_actor(actor_path) if actor_path else None
     if startup is None and actor is not None:
@@ -466,15 +466,15 @@ def main(argv: list[str] | None = None) -> int:
         if had is not None and had != a.sender:
             ap.error(f"{a.data} holds samples of sender {had}, not {a.sender}: give --sender {had} "
                      "to add to it, or another --data")
+        space = None
         if a.space is not None:
             if a.sender != "linux":
                 ap.error("--space draws its CCAs as the kernel runs them: use it with --sender linux")
             try:
-                name = load_space(a.space).name
+                space = load_space(a.space)
             except ScenarioError as e:
                 ap.error(str(e))
-        else:
-            name = None
+        name = space.name if space is not None else None
         spaces = {r.get("space") for r in rows}
         if rows and spaces != {name}:
             ap.error(f"{a.data} holds samples of space {sorted(map(str, spaces))}, not {name}: "
@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
 
         with sigterm_as_exit():  # kill tears the episode's namespaces and linkemu down
             collect(a.episodes, a.data, actor_path=a.actor, pre=a.pre, explore=a.explore, seed=a.seed,
-                    sender=a.sender, startup=a.startup, space_path=a.space)
+                    sender=a.sender, startup=a.startup, space=space)
     else:
         HP.update(dict(a.hp))  # this process only: the actor file records the values it was trained with
         try:

@@ -97,11 +97,11 @@ def _r(x: float) -> float:
     return round(float(x), DIGITS)
 
 
-def _loguniform(rng: np.random.Generator, lo: float, hi: float) -> float:
+def log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
     return float(math.exp(rng.uniform(math.log(lo), math.log(hi)))) if hi > lo else float(lo)
 
 
-def _choice(rng: np.random.Generator, weights: dict[str, float]) -> str:
+def weighted_choice(rng: np.random.Generator, weights: dict[str, float]) -> str:
     keys = sorted(weights)
     w = np.array([weights[k] for k in keys], dtype=float)
     return keys[int(rng.choice(len(keys), p=w / w.sum()))]
@@ -110,7 +110,7 @@ def _choice(rng: np.random.Generator, weights: dict[str, float]) -> str:
 def _client_rtts(space: Space, rng: np.random.Generator, n: int, base: float) -> list[float]:
     if n < 2 or rng.random() >= space.rtt_unequal_p:
         return [base] * n
-    ratio = min(_loguniform(rng, space.rtt_ratio.lo, space.rtt_ratio.hi), space.rtt_max_ms / base)
+    ratio = min(log_uniform(rng, space.rtt_ratio.lo, space.rtt_ratio.hi), space.rtt_max_ms / base)
     ratio = max(ratio, 1.0)
     others = [base * ratio ** float(u) for u in rng.uniform(0.0, 1.0, n - 1)]
     others[int(rng.integers(n - 1))] = base * ratio  # the drawn ratio is reached by one client
@@ -128,7 +128,7 @@ def _phy_rates(space: Space, rng: np.random.Generator, n: int, peak: float,
     rates = [float(fast)] * n
     anomaly = n >= 2 and rng.random() < space.rate_anomaly_p
     if anomaly:
-        slow = _loguniform(rng, space.slow_phy_rate_mbit.lo, space.slow_phy_rate_mbit.hi)
+        slow = log_uniform(rng, space.slow_phy_rate_mbit.lo, space.slow_phy_rate_mbit.hi)
         need = MEDIUM_HEADROOM * peak  # n / (sum over stations of 1 / (eff * phy)) >= need
         inv_left = n / need - (n - 1) / (eff * fast)
         floor_slow = 1.0 / (eff * inv_left) if inv_left > 0 else fast
@@ -141,10 +141,10 @@ def _phy_rates(space: Space, rng: np.random.Generator, n: int, peak: float,
 def draw(space: Space, rng: np.random.Generator) -> dict[str, Any]:
     """One scenario's parameters (JSON-ready, floats rounded); see the module docstring."""
     n = int(rng.integers(int(space.clients.lo), int(space.clients.hi) + 1))
-    base = _loguniform(rng, space.rtt_base_ms.lo, space.rtt_base_ms.hi)
+    base = log_uniform(rng, space.rtt_base_ms.lo, space.rtt_base_ms.hi)
     rtts = _client_rtts(space, rng, n, base)
-    rate = _loguniform(rng, space.rate_mbit.lo, space.rate_mbit.hi)
-    kind = _choice(rng, space.bottleneck_kind)
+    rate = log_uniform(rng, space.rate_mbit.lo, space.rate_mbit.hi)
+    kind = weighted_choice(rng, space.bottleneck_kind)
     profile: dict[str, Any] = {}
     if kind == "step":
         t1 = rng.uniform(0.3, 0.5)
@@ -158,23 +158,23 @@ def draw(space: Space, rng: np.random.Generator) -> dict[str, Any]:
     elif kind == "real":
         trace = space.real_traces[int(rng.integers(len(space.real_traces)))]
         profile = {"trace": trace.name, "offset": _r(rng.uniform(0.0, 1.0))}
-    loss_kind = _choice(rng, space.loss_kind)
+    loss_kind = weighted_choice(rng, space.loss_kind)
     loss: dict[str, Any] = {"kind": loss_kind}
     if loss_kind != "none":
-        loss["p"] = round(_loguniform(rng, max(space.loss_p.lo, 1e-6), space.loss_p.hi), 5)
+        loss["p"] = round(log_uniform(rng, max(space.loss_p.lo, 1e-6), space.loss_p.hi), 5)
         if loss_kind == "gilbert":
             loss["burst_pkts"] = _r(rng.uniform(space.burst_pkts.lo, space.burst_pkts.hi))
-    wifi = _choice(rng, space.wifi_profile)
+    wifi = weighted_choice(rng, space.wifi_profile)
     phy, anomaly = ([], False)
     if wifi != "none":
         phy, anomaly = _phy_rates(space, rng, n, rate * _peak_factor(kind), MAC_EFFICIENCY[wifi])
-    qkind = _choice(rng, space.queue_kind)
+    qkind = weighted_choice(rng, space.queue_kind)
     queue: dict[str, Any] = {"kind": qkind}
     if qkind == "pfifo":
-        bdp = _loguniform(rng, space.pfifo_bdp.lo, space.pfifo_bdp.hi)
+        bdp = log_uniform(rng, space.pfifo_bdp.lo, space.pfifo_bdp.hi)
         queue["bdp"] = _r(bdp)
         queue["limit_pkts"] = max(4, round(bdp * rate * 1e6 / 8 * base / 1e3 / 1500))
-    ccas = [_choice(rng, space.cca_mix) for _ in range(n)]
+    ccas = [weighted_choice(rng, space.cca_mix) for _ in range(n)]
     managed = [bool(rng.random() >= space.unmanaged_p) for _ in range(n)]
     if not any(managed):
         managed[int(rng.integers(n))] = True
