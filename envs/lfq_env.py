@@ -56,9 +56,19 @@ clients' WiFi medium from its ``wifi.profile`` weights (linkemu's shared medium 
 the generated scenarios have it: every station at the space's PHY rate, raised until the medium carries
 R, without the rate anomaly).  The medium is why: it hands the router a station's packets in aggregates,
 so a flow needs buffer for its bursts as well as for its BDP, and the first shipped actor, trained
-without one, dropped them (0 of 9 fairness scenarios met).  Not drawn: the space's loss, its rate shapes
-(the lfq uplink is the bottleneck, constant), its client counts and churn.  Durations stay the paper's
-(3.75..6.25 s; real time is the cost of training).
+without one, dropped them (0 of 9 fairness scenarios met).  Per episode, as the generator draws a scenario's
+(``shapes=True``, the default with a space), also the lfq uplink's rate shape (constant, step, ramp,
+variable, a real trace: :class:`Bottleneck`, R its nominal rate as in the generator, the medium sized for
+its peak) and its random loss (none, Bernoulli, Gilbert; mean 0.05-2 %, on the whole uplink); a sample
+records both (``bottleneck``, ``loss``) and the flow's fair share over its experiment's span (``share_mbit``:
+the uplink's mean rate then over n + 1; b when constant), which the reward clips at and is normalised by.
+Not drawn: the space's client counts and churn, the rate anomaly.
+
+**Durations** (with a space): the paper's 3.75..6.25 s, stretched by RTT / ROUND_TRIP_SCALE_MS for RTTs
+above 40 ms, so a 100 ms flow lasts 9.4..15.6 s.  A loss-based flow pays for a small buffer in its slow
+climb back after each cut, which takes round trips, not seconds: at 60-100 ms the paper's durations are
+40-60 round trips, mostly slow start.  (It did not, by itself, teach the actors larger limits for slow
+long-RTT flows: docs/network/lfq.md "Durations in round trips, rate shapes and loss".)
 
 The control loop polls linkemu every ``interval_s`` (10 ms, as the router
 agent): features, backlog and packets out per flow.  A sample keeps the
@@ -83,7 +93,8 @@ from ccswitch.models.lfq_actor import LOG2_MAX, LOG2_MIN, MTU, Actor, Startup, e
 if TYPE_CHECKING:
     from ccswitch.testbed.scenario.space import Space
 
-__all__ = ["FlowDraw", "LfqEpisodes", "draw_flow", "episode_share", "episode_wifi"]
+__all__ = ["Bottleneck", "FlowDraw", "LfqEpisodes", "draw_flow", "episode_bottleneck", "episode_loss", "episode_share",
+           "episode_wifi"]
 
 FIRST_PORT = 5401
 FILLER_LOAD = 1.5
@@ -93,6 +104,11 @@ DATA_MIN_PKTS = 20
 to the same port sends about ten in a run; the data connection reaches 20 within ~3 RTTs)."""
 BASE_RTT_MS = 2.0
 """The link's own RTT in an episode (1 ms each way); a flow's delay line adds the rest of its RTT."""
+ROUND_TRIP_SCALE_MS = 40.0
+"""Space draws: a flow of RTT above this lasts its drawn duration times RTT / this, so every flow lasts
+at least 3.75 s / 40 ms ~ 94 round trips (docstring, "Durations")."""
+FILLER_EXTRA_S = 1.5
+"""The filler outlasts the longest flow of its episode by this much."""
 
 
 @dataclass(frozen=True)
@@ -180,17 +196,66 @@ def _space_rtt_cca(rng: np.random.Generator, space: Space) -> tuple[float, str]:
     return round(rtt, 2), weighted_choice(rng, space.cca_mix)
 
 
+def episode_loss(rng: np.random.Generator, space: Space | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """An episode's random loss on the lfq uplink (module docstring): the draw as the scenario generator
+    records it and linkemu's LOSS object; none without a space."""
+    from ccswitch.testbed.scenario.generate import draw_loss, loss_model
+
+    if space is None:
+        return {"kind": "none"}, None
+    loss = draw_loss(rng, space)
+    return loss, loss_model(loss)
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """An episode's lfq uplink rate: its shape, its LINK fields and, for a trace, the rate of each second."""
+
+    kind: str
+    link: dict[str, Any]
+    per_second_mbit: list[float] | None = None  # None: constant at link["rate_mbit"]
+
+    def mean_mbit(self, t0: float, t1: float) -> float:
+        """The mean rate from *t0* to *t1* seconds (whole seconds of the trace they touch)."""
+        if self.per_second_mbit is None:
+            return float(self.link["rate_mbit"])
+        k0 = min(max(int(t0), 0), len(self.per_second_mbit) - 1)
+        k1 = min(max(math.ceil(t1), k0 + 1), len(self.per_second_mbit))
+        return float(np.mean(self.per_second_mbit[k0:k1]))
+
+
+def episode_bottleneck(rng: np.random.Generator, space: Space | None, rate_mbit: float, seconds: float,
+                       trace: Path) -> Bottleneck:
+    """An episode's rate shape of nominal rate *rate_mbit* over *seconds* (module docstring; as the
+    generator's, step and ramp shapes fall below it and variable and real ones move around it): constant,
+    or a Mahimahi *trace* written by the scenario generator."""
+    from ccswitch.testbed.scenario.generate import draw_bottleneck, read_trace, write_trace
+
+    if space is None:
+        return Bottleneck("constant", {"rate_mbit": rate_mbit})
+    kind, profile = draw_bottleneck(rng, space)
+    if kind == "constant":
+        return Bottleneck(kind, {"rate_mbit": rate_mbit})
+    params = {"bottleneck": kind, "profile": profile, "rate_mbit": rate_mbit, "duration_s": seconds}
+    per_opportunity = write_trace(params, space, trace)
+    per_second = np.bincount(np.asarray(read_trace(trace)) // 1000) * per_opportunity * 8 / 1e6
+    return Bottleneck(kind, {"rate_mbit": None, "trace": trace, "trace_bytes_per_opportunity": per_opportunity},
+                      per_second.tolist())
+
+
 def draw_flow(rng: np.random.Generator, bandwidth_mbit: float, *, pre: str = "random",
               explore: str = "uniform", loss_based: str = "cubic", startup: Startup | None = None,
               space: Space | None = None) -> FlowDraw:
     """A flow of the paper's distribution (bandwidth given: the episode's b; *loss_based*: its BIC), or of
-    the scenario *space*'s RTTs and CCAs; its experiment comes after the *startup* (module docstring)."""
+    the scenario *space*'s RTTs, CCAs and durations in round trips; its experiment comes after the *startup*
+    (module docstring)."""
     duration = float(rng.uniform(3.75, 6.25))
     if space is None:
         rtt = round(float(rng.uniform(5.0, 25.0)), 2)
         cca = str(rng.choice(("reno", loss_based)))
     else:
         rtt, cca = _space_rtt_cca(rng, space)
+        duration *= max(1.0, rtt / ROUND_TRIP_SCALE_MS)
     t_exp = round(float(rng.uniform(startup.seconds if startup else 0.0, duration / 2)), 3)
     bdp = bdp_pkts(bandwidth_mbit, rtt)
     return FlowDraw(bandwidth_mbit=round(bandwidth_mbit, 2), rtt_ms=rtt, cca=cca, duration_s=round(duration, 3),
@@ -218,13 +283,14 @@ class LfqEpisodes:
     """Runs training episodes on one topology (module docstring).  Needs root and the linkemu binary."""
 
     def __init__(self, *, flows_per_run: int = 3, interval_s: float = 0.01, workdir: str | Path | None = None,
-                 seed: int = 1, sender: str = "linux", space: Space | None = None) -> None:
+                 seed: int = 1, sender: str = "linux", space: Space | None = None, shapes: bool = True) -> None:
         from ccswitch.testbed.runs.tcp_senders import SENDERS
 
         if space is not None and sender != "linux":
             raise ValueError(f"a scenario space runs its CCAs as the kernel has them: sender 'linux', not {sender!r}")
         self.n = flows_per_run
         self.space = space
+        self.shapes = shapes and space is not None  # module docstring: the space's rate shapes and loss
         self.sender = sender
         self.loss_based = SENDERS[sender].loss_based
         self.interval_s = interval_s
@@ -251,6 +317,7 @@ class LfqEpisodes:
         from ccswitch.testbed.runs.iperf import IperfFlow, start_server
         from ccswitch.testbed.runs.linkemu_control import LinkemuControl
         from ccswitch.testbed.runs.tcp_senders import apply_sender
+        from ccswitch.testbed.scenario.generate import peak_factor
 
         assert self._topo is not None, "use LfqEpisodes as a context manager"
         if (pre == "actor" or explore == "around") and actor is None:
@@ -263,10 +330,14 @@ class LfqEpisodes:
         tracks = [_Track(d, topo.client_addrs[i]) for i, d in enumerate(draws)]
         sock = self.workdir / "linkemu.sock"
         rate = b * (self.n + 1)
-        medium, wifi = episode_wifi(rng, self.space, self.n + 1, rate)
+        seconds = max(d.duration_s for d in draws) + FILLER_EXTRA_S
+        shape = (episode_bottleneck(rng, self.space, rate, seconds, self.workdir / "uplink.trace")
+                 if self.shapes else Bottleneck("constant", {"rate_mbit": rate}))
+        medium, wifi = episode_wifi(rng, self.space, self.n + 1, rate * peak_factor(shape.kind))
+        loss, loss_link = episode_loss(rng, self.space) if self.shapes else ({"kind": "none"}, None)
         cfg = emulator_config(
             topo.client_ifs, topo.server_if, seed=self.episodes, interval_ms=1000,
-            uplink=link(rate, BASE_RTT_MS / 2, qdisc={"kind": "lfq"}),
+            uplink=link(delay_ms=BASE_RTT_MS / 2, qdisc={"kind": "lfq"}, loss=loss_link, **shape.link),
             downlink=link(rate, BASE_RTT_MS / 2, limit_pkts=1000), wifi=wifi,
             client_delay_ms=[max(d.rtt_ms - BASE_RTT_MS, 0.0) for d in draws] + [0.0],
             control={"socket": str(sock)})
@@ -275,15 +346,20 @@ class LfqEpisodes:
             ctl = ep.enter_context(LinkemuControl(sock, connect_timeout=5.0))
             for i in range(self.n + 1):
                 ep.enter_context(start_server(topo.server, FIRST_PORT + i, bind=topo.server_addr))
-            # The filler (docstring): UDP at FILLER_LOAD x b from the last client, longer than every flow.
+            # The filler (docstring): UDP at FILLER_LOAD x b (x the peak of a rate shape) from the last client,
+            # longer than every flow.
             ep.enter_context(IperfFlow(topo.clients[self.n], topo.server_addr, FIRST_PORT + self.n, udp=True,
-                                       bitrate=FILLER_LOAD * b * 1e6, seconds=7.5, interval=1.0))
+                                       bitrate=FILLER_LOAD * b * peak_factor(shape.kind) * 1e6,
+                                       seconds=seconds, interval=1.0))
             for i, d in enumerate(draws):
                 apply_sender(topo.clients[i], self.sender, d.cca)  # one flow per client: SACK per CCA
                 ep.enter_context(IperfFlow(topo.clients[i], topo.server_addr, FIRST_PORT + i, cca=d.cca,
                                            seconds=d.duration_s, interval=1.0))
             self._loop(ctl, tracks, actor, startup)
-        return [self._sample(t, b, startup, medium) for t in tracks if t.obs is not None and t.out_end is not None]
+        # A flow's fair share over its experiment's span: the uplink's mean rate then over the n + 1 senders
+        # (the filler always backlogged); b itself when the rate is constant.
+        return [self._sample(t, shape.mean_mbit(t.draw.t_exp_s, t.draw.duration_s) / (self.n + 1), startup, medium,
+                             loss, shape.kind) for t in tracks if t.obs is not None and t.out_end is not None]
 
     def _loop(self, ctl: Any, tracks: list[_Track], actor: Actor | None, startup: Startup | None) -> None:
         deadline = time.monotonic() + max(t.draw.duration_s for t in tracks) + 3.0
@@ -336,7 +412,8 @@ class LfqEpisodes:
             next_t += self.interval_s
             time.sleep(max(next_t - time.monotonic(), 0.0))
 
-    def _sample(self, t: _Track, b_mbit: float, startup: Startup | None, medium: str) -> dict[str, Any]:
+    def _sample(self, t: _Track, b_mbit: float, startup: Startup | None, medium: str,
+                loss: dict[str, Any], shape: str) -> dict[str, Any]:
         d = t.draw
         span = max(d.duration_s - d.t_exp_s, 1e-3)
         assert t.out_end is not None
@@ -350,9 +427,12 @@ class LfqEpisodes:
                 "limit_before": t.limit_at_exp_before, "throughput_mbit": round(thr * 8 / 1e6, 4),
                 "mean_queue_pkts": round(q, 3), "reward": round(reward(thr, q), 5),
                 "bdp_pkts": round(bdp_pkts(b_mbit, d.rtt_ms), 3), "episode": self.episodes,
+                "share_mbit": round(b_mbit, 4),
                 "sender": self.sender, "startup": startup.as_dict() if startup else None,
                 "space": self.space.name if self.space is not None else None,
                 "wifi": medium if self.space is not None else None,
+                "loss": loss if self.space is not None else None,
+                "bottleneck": shape if self.space is not None else None,
                 "t": time.time()}
 
 

@@ -69,6 +69,12 @@ OCTAVES = (1, 2, 4, 8, 16, 32, 64, 128, 257)
 BDP_TERCILES = (0.0, 8.0, 20.0, 1e9)
 
 
+def share_of(row: dict[str, Any]) -> float:
+    """The flow's fair share over its experiment's span, Mbit/s: the episode's b, or under a varying rate
+    (envs/lfq_env.py, rate shapes) the mean share of that span as logged (``share_mbit``)."""
+    return float(row.get("share_mbit") or row["draw"]["bandwidth_mbit"])
+
+
 def reward_at(row: dict[str, Any], alpha: float) -> float:
     """Paper 001's reward (lfq_actor.reward) of a logged experiment at queue price *alpha*."""
     return reward(row["throughput_mbit"] * 1e6 / 8, row["mean_queue_pkts"], alpha)
@@ -76,12 +82,12 @@ def reward_at(row: dict[str, Any], alpha: float) -> float:
 
 def normalised(rows: Sequence[dict[str, Any]], alpha: float) -> np.ndarray:
     """reward / b (b in the reward's units, 1e6 B/s): utilisation minus the queue's price."""
-    return np.array([reward_at(r, alpha) / (r["draw"]["bandwidth_mbit"] / 8) for r in rows])
+    return np.array([reward_at(r, alpha) / (share_of(r) / 8) for r in rows])
 
 
 def delay_reward_at(row: dict[str, Any], kappa: float = KAPPA) -> float:
     """lfq_actor.delay_reward of a logged experiment at price *kappa* (already in shares of b)."""
-    return delay_reward(row["throughput_mbit"], row["draw"]["bandwidth_mbit"], row["mean_queue_pkts"],
+    return delay_reward(row["throughput_mbit"], share_of(row), row["mean_queue_pkts"],
                         row["bdp_pkts"], kappa)
 
 
@@ -90,23 +96,44 @@ def delay_normalised(rows: Sequence[dict[str, Any]], kappa: float) -> np.ndarray
     return np.array([delay_reward_at(r, kappa) for r in rows])
 
 
-SPACE_CCAS = ("reno", "bbr", "pcc")
+PRIVILEGED_CCAS = ("reno", "bbr", "pcc")
 """CCAs with their own privileged input when samples of a scenario space are among the rows (the fourth,
 CUBIC, is all three zero)."""
-SPACE_WIFI = ("light", "heavy")
+PRIVILEGED_WIFI = ("light", "heavy")
 """The episode's WiFi profile, one input each (wired: both zero; samples from before it was drawn: wired)."""
+PRIVILEGED_SHAPES = ("step", "ramp", "variable", "real")
+"""The episode's rate shape, one input each (constant: all zero; samples from before it was drawn: constant)."""
+
+
+LOSS_SCALE = (1e-4, 200.0)
+"""The loss input of space rows: log(p / 1e-4) / log(200), so the space's 0.05..2 % maps to 0.3..1 (none: 0)."""
+
+
+def loss_inputs(row: dict[str, Any]) -> tuple[float, float]:
+    """A space row's random loss (envs/lfq_env.py): its mean rate on LOSS_SCALE and Gilbert (bursts) or not;
+    rows of before loss was drawn: none."""
+    loss = row.get("loss") or {"kind": "none"}
+    if loss["kind"] == "none":
+        return 0.0, 0.0
+    lo, span = LOSS_SCALE
+    return math.log(max(loss["p"], lo) / lo) / math.log(span), float(loss["kind"] == "gilbert")
 
 
 def privileged_inputs(rows: Sequence[dict[str, Any]]) -> np.ndarray:
     """The flow's draw, scaled to ~[0, 1]: bandwidth, RTT, Reno or not, experiment time.  Rows drawn from a
-    scenario space (lfq_train collect --space: b 2.5..50 Mbit/s, RTT 2..100 ms, four CCAs, a WiFi medium) are
-    scaled on a log scale instead, with one input per CCA of SPACE_CCAS and per WiFi profile of SPACE_WIFI;
+    scenario space (lfq_train collect --space: b 2.5..50 Mbit/s, RTT 2..100 ms, four CCAs, a WiFi medium,
+    rate shapes, random loss, durations in round trips) are scaled on a log scale instead, with one input
+    per CCA of PRIVILEGED_CCAS, per WiFi profile of PRIVILEGED_WIFI and per rate shape of PRIVILEGED_SHAPES,
+    the loss (loss_inputs) and the time the reward spans (seconds from the experiment to the flow's end / 10);
     paper 001's rows alone keep the first form."""
     if any(r.get("space") for r in rows):
-        return np.array([[math.log2(r["draw"]["bandwidth_mbit"]) / 6.0, math.log2(r["draw"]["rtt_ms"]) / 7.0,
-                          *(float(r["draw"]["cca"] == c) for c in SPACE_CCAS),
-                          *(float((r.get("wifi") or "none") == w) for w in SPACE_WIFI),
-                          min(r["draw"]["t_exp_s"], 3.0) / 3.0] for r in rows], dtype=np.float32)
+        return np.array([[math.log2(share_of(r)) / 6.0, math.log2(r["draw"]["rtt_ms"]) / 7.0,
+                          *(float(r["draw"]["cca"] == c) for c in PRIVILEGED_CCAS),
+                          *(float((r.get("wifi") or "none") == w) for w in PRIVILEGED_WIFI),
+                          *(float((r.get("bottleneck") or "constant") == k) for k in PRIVILEGED_SHAPES),
+                          *loss_inputs(r),
+                          min(r["draw"]["t_exp_s"], 3.0) / 3.0,
+                          (r["draw"]["duration_s"] - r["draw"]["t_exp_s"]) / 10.0] for r in rows], dtype=np.float32)
     return np.array([[r["draw"]["bandwidth_mbit"] / 25.0, r["draw"]["rtt_ms"] / 25.0,
                       float(r["draw"]["cca"] == "reno"), min(r["draw"]["t_exp_s"], 3.0) / 3.0]
                      for r in rows], dtype=np.float32)

@@ -55,7 +55,9 @@ the router applies the start-up the actor was trained behind (samples of differe
 ``collect --space testbed/scenarios/space.toml`` draws each episode's rate and each flow's RTT and CCA
 (CUBIC, BBR, PCC, Reno) from the scenario space the matrix draws from, not from paper 001's distribution
 (envs/lfq_env.py "The scenario space"; docs/network/lfq.md "An actor for the scenario space"); train its
-samples with ``--reward paper-share`` (b spans 2.5..50 Mbit/s) and ``--critic privileged``.
+samples with ``--reward paper-share`` (b spans 2.5..50 Mbit/s) and ``--critic privileged``.  Its flows
+last at least ~94 round trips and cross the space's random loss (envs/lfq_env.py "Durations");
+``train --min-round-trips 90`` keeps, of samples collected before that, the flows that did.
 
 ``--reward delay`` trains on lfq_actor.delay_reward instead of paper 001's reward (a deviation, not the
 shipped actor's: docs/network/lfq.md "More data"); ``--reward paper-share`` on paper 001's reward divided by the
@@ -97,6 +99,7 @@ from .lfq_ceiling import (
     loss_based_slot,
     privileged_inputs,
     samples_sender,
+    share_of,
 )
 
 if TYPE_CHECKING:
@@ -231,16 +234,37 @@ def sample_reward(row: dict[str, Any], kind: str) -> float:
     if kind == "paper":
         return float(row["reward"])
     if kind == "paper-share":
-        return float(row["reward"]) / (row["draw"]["bandwidth_mbit"] / 8)
+        return float(row["reward"]) / (share_of(row) / 8)
     return delay_reward_at(row)
+
+
+def round_trips(row: dict[str, Any]) -> float:
+    """How many round trips a logged flow lasted: its duration over its drawn RTT."""
+    return row["draw"]["duration_s"] / (row["draw"]["rtt_ms"] / 1000.0)
+
+
+def long_enough(rows: list[dict[str, Any]], min_round_trips: float, files: list[Path]) -> list[dict[str, Any]]:
+    """The rows whose flow lasted at least *min_round_trips* (``train --min-round-trips``); none left: one
+    error line."""
+    if min_round_trips <= 0 or not rows:
+        return rows
+    kept = [r for r in rows if round_trips(r) >= min_round_trips]
+    if not kept:
+        raise MixedSamplesError(f"no sample in {', '.join(map(str, files))} lasted {min_round_trips:g} round trips "
+                                f"(the longest: {max(map(round_trips, rows)):.0f}): give a lower --min-round-trips")
+    print(f"lfq train: {len(kept)} of {len(rows)} samples lasted >= {min_round_trips:g} round trips",
+          file=sys.stderr)
+    return kept
 
 
 def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, with_derived: bool = False,
           with_empty: bool = False, with_rtt: bool = False, reward_kind: str = "paper",
-          critic_inputs: str = "router", critic_data: list[Path] | None = None) -> dict[str, Any]:
-    """*critic_data*: more samples for the privileged critics only (module docstring)."""
+          critic_inputs: str = "router", critic_data: list[Path] | None = None,
+          min_round_trips: float = 0.0) -> dict[str, Any]:
+    """*critic_data*: more samples for the privileged critics only; *min_round_trips*: only flows that lasted
+    that many round trips (module docstring)."""
     files = [data] if isinstance(data, Path) else list(data)
-    rows = [r for f in files for r in load_samples(f)]
+    rows = long_enough([r for f in files for r in load_samples(f)], min_round_trips, files)
     try:  # the 60, then optionally the derived, empty_frac and RTT inputs (lfq_actor.input_names)
         obs = sample_inputs(rows, with_derived=with_derived, with_empty=with_empty, with_rtt=with_rtt)
     except SampleInputsError as e:
@@ -249,7 +273,7 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
     if extra_files and critic_inputs != "privileged":
         raise MixedSamplesError("--critic-data trains the critics on samples the actor does not see: it needs "
                                 "--critic privileged")
-    extra = [r for f in extra_files for r in load_samples(f)]
+    extra = long_enough([r for f in extra_files for r in load_samples(f)], min_round_trips, extra_files)
     startup = samples_startup(rows + extra, files + extra_files)
     other = loss_based_slot(rows + extra)  # BIC samples: stats and plot in the "cubic" slot, named BIC
 
@@ -318,6 +342,7 @@ def train(data: list[Path] | Path, out: Path, plot: Path | None, seed: int, *, w
     fit = {(k if k != "cubic" else other.lower()): v for k, v in _fit_summary(rows, limits).items()}
     training = {"hyperparameters": {k: list(v) if isinstance(v, tuple) else v for k, v in HP.items()},
                 "samples": len(rows), "critic_only_samples": len(extra),
+                **({"min_round_trips": min_round_trips} if min_round_trips > 0 else {}),
                 "episodes": len({(r.get("pre"), r["episode"], r["t"] // 1000) for r in rows}),
                 "data": ", ".join(str(f) for f in files),
                 "critic_data": ", ".join(str(f) for f in extra_files), "seed": seed,
@@ -452,6 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--out", type=Path, default=DEFAULT_OUT)
     t.add_argument("--plot", type=Path, help="write the training curves here (default: none)")
     t.add_argument("--seed", type=int, default=1)
+    t.add_argument("--min-round-trips", type=float, default=0.0, metavar="N",
+                   help="train only on flows that lasted at least N round trips (duration / RTT): the space's "
+                        "samples of before durations were drawn in round trips keep their short-RTT flows")
     t.add_argument("--reward", choices=REWARDS, default="paper",
                    help="paper: paper 001's reward as logged; paper-share: the same over the flow's fair share; "
                         "delay: utilisation minus KAPPA x the queue in BDPs (deviations, docs/network/lfq.md)")
@@ -487,7 +515,8 @@ def main(argv: list[str] | None = None) -> int:
         HP.update(dict(a.hp))  # this process only: the actor file records the values it was trained with
         try:
             train(a.data or [DEFAULT_DATA], a.out, a.plot, a.seed, with_derived=a.derived, with_empty=a.empty,
-                  with_rtt=a.rtt, reward_kind=a.reward, critic_inputs=a.critic, critic_data=a.critic_data)
+                  with_rtt=a.rtt, reward_kind=a.reward, critic_inputs=a.critic, critic_data=a.critic_data,
+                  min_round_trips=a.min_round_trips)
         except (MixedSamplesError, SampleInputsError) as e:
             ap.error(str(e))
     return 0

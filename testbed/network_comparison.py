@@ -60,6 +60,10 @@ QUEUES: dict[str, str] = {
     # the same queue with the actor trained on the scenario space's rates, RTTs, CCAs and WiFi media
     # (docs/network/lfq.md "An actor for the scenario space")
     "lfq-space": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor_space.json"}" }}',
+    # and behind the router-side floor of half the fair share's BDP under every limit it sets
+    # (docs/network/lfq.md "A floor under the limits"): the LFQ configuration to run for the space's users
+    "lfq-space-floor": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor_space.json"}", '
+                       'share_floor_bdp = 0.5 }',
     # paper 004: every flow the same (Gold) policy, so per-flow packet values decide the shares
     "vdq_csaqm": '{ kind = "vdq_csaqm", default_policy = "gold" }',
 }

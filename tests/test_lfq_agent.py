@@ -75,6 +75,13 @@ def _rate_actor(path: Path, startup: Startup | None = None) -> None:
                np.array([-1.5], np.float32)], interval_s=0.01, startup=startup)
 
 
+def _small_actor(path: Path) -> None:
+    """a = tanh(-1.5) whatever it sees: every flow gets 1-2 packets (the starving actor of the floor's tests)."""
+    k0 = np.zeros((len(OBS_FEATURES), 1), np.float32)
+    save_actor(path, kernels=[k0, np.ones((1, 1), np.float32)], biases=[np.zeros(1, np.float32),
+               np.array([-1.5], np.float32)], interval_s=0.01)
+
+
 def _rtt_actor(path: Path) -> None:
     """a = tanh(3 * rtt_known - 1.5): a flow with a handshake RTT -> a 0.91 -> limit ~200; without -> 1-2."""
     names = input_names(with_rtt=True)
@@ -216,8 +223,9 @@ def test_behaviour_limits_around_the_bdp() -> None:
 
 def test_flows_drawn_from_the_scenario_space(tmp_path: Path) -> None:
     """``collect --space``: an episode's share b is the space's rate (log-uniform) over the flows and the
-    filler, each flow's RTT lies in the space's base range (at least the link's own 2 ms) and its CCA comes
-    from the space's mix (all four); without a space the paper's draws are unchanged (same RNG stream)."""
+    filler, each flow's RTT lies in the space's base range (at least the link's own 2 ms), its CCA comes
+    from the space's mix (all four) and its duration is in round trips; the episode's WiFi medium and loss
+    are the space's; without a space the paper's draws are unchanged (same RNG stream)."""
     from ccswitch.envs.lfq_env import BASE_RTT_MS, draw_flow, episode_share
     from ccswitch.testbed.scenario.space import load_space
 
@@ -249,6 +257,53 @@ def test_flows_drawn_from_the_scenario_space(tmp_path: Path) -> None:
         if cfg is not None:
             assert len(cfg["clients"]) == 4 and cfg["clients"][0]["phy_rate_mbit"] * MAC_EFFICIENCY[name] >= 250
     assert episode_wifi(rng, None, 4, 200.0) == ("none", None)
+    # Durations in round trips: the paper's 3.75..6.25 s, stretched above 40 ms so that no flow lasts fewer
+    # than 3.75 s / 40 ms ~ 94 round trips; below 40 ms unchanged.
+    dur = np.array([d.duration_s for d in draws])
+    assert dur.min() >= 3.75 and (dur / (rtts / 1000)).min() >= 93.7
+    assert dur[rtts < 40].max() <= 6.25 and dur[rtts > 80].min() > 7.4
+    assert all(0 <= d.t_exp_s <= d.duration_s / 2 for d in draws)
+    # Loss: the generator's draw (kinds by the space's weights, mean rate in its range), on the lfq uplink as
+    # linkemu's LOSS object; none without a space.
+    from ccswitch.envs.lfq_env import episode_loss
+
+    losses = [episode_loss(rng, space) for _ in range(2000)]
+    kinds = [d["kind"] for d, _ in losses]
+    for kind, w in space.loss_kind.items():
+        assert abs(kinds.count(kind) / 2000 - w / sum(space.loss_kind.values())) < 0.04
+    for d, model in losses:
+        assert (model is None) == (d["kind"] == "none")
+        if model is not None:
+            assert model["model"] == d["kind"] and space.loss_p.lo <= d["p"] <= space.loss_p.hi
+            if d["kind"] == "gilbert":  # mean loss of the two-state chain: p_gb / (p_gb + p_bg) = p
+                assert model["p_gb"] / (model["p_gb"] + model["p_bg"]) == pytest.approx(d["p"], rel=1e-4)
+    assert episode_loss(rng, None) == ({"kind": "none"}, None)
+    # Rate shapes: kinds by the space's weights; constant keeps the rate; the others are the generator's trace
+    # (its rate shapes relative to the episode's seconds, then its tail), whose per-second rates give each
+    # flow's share: a step or ramp falls from the nominal rate to its factor, a variable or real one moves
+    # around it (one trace's mean anywhere in ~0.5..1.8x; the mean over ~40 of a kind within 15 %).
+    from ccswitch.envs.lfq_env import Bottleneck, episode_bottleneck
+    from ccswitch.testbed.scenario.generate import read_trace
+
+    shapes = [episode_bottleneck(rng, space, 40.0, 10.0, tmp_path / f"t{i}.trace") for i in range(400)]
+    names = [sh.kind for sh in shapes]
+    for kind, w in space.bottleneck_kind.items():
+        assert abs(names.count(kind) / 400 - w / sum(space.bottleneck_kind.values())) < 0.08
+    for sh in shapes:
+        if sh.kind == "constant":
+            assert sh.link == {"rate_mbit": 40.0} and sh.mean_mbit(2.0, 5.0) == 40.0
+            continue
+        assert sh.link["rate_mbit"] is None and len(read_trace(sh.link["trace"])) > 0
+        per_s = np.array(sh.per_second_mbit)
+        assert len(per_s) >= 10 and sh.mean_mbit(2.0, 5.0) == pytest.approx(per_s[2:5].mean())
+        if sh.kind in ("step", "ramp"):
+            lo = min(space.step_factor.lo, space.ramp_factor.lo)
+            assert 40.0 * lo * 0.97 <= per_s[:10].min() and per_s[:10].max() <= 40.0 * 1.03 and per_s[:10].min() < 36
+    for kind in ("variable", "real"):
+        means = [np.mean(sh.per_second_mbit) for sh in shapes if sh.kind == kind]
+        assert np.mean(means) == pytest.approx(40.0, rel=0.15), kind
+    assert episode_bottleneck(rng, None, 40.0, 10.0, tmp_path / "x.trace") == Bottleneck("constant",
+                                                                                           {"rate_mbit": 40.0})
     a, b = np.random.default_rng(9), np.random.default_rng(9)
     assert [draw_flow(a, 12.0) for _ in range(20)] == [draw_flow(b, 12.0, space=None) for _ in range(20)]
     assert {draw_flow(a, 12.0).cca for _ in range(50)} == {"reno", "cubic"}
@@ -280,19 +335,27 @@ def test_space_collection_refuses_bad_input(tmp_path: Path, capsys: pytest.Captu
 
 def test_privileged_inputs_of_space_samples() -> None:
     """The privileged critics' view: paper 001's rows keep their four inputs; rows of a scenario space get a
-    log-scaled bandwidth and RTT and one input per CCA of three (CUBIC: all zero)."""
+    log-scaled bandwidth and RTT, one input per CCA of three (CUBIC: all zero), per WiFi profile of two, per
+    rate shape of four (constant: all zero), the loss (log rate, Gilbert or not) and the reward's span in
+    seconds / 10; rows of before shapes and loss were drawn: constant, none."""
     from ccswitch.models.lfq_ceiling import privileged_inputs
 
     paper = [{"draw": {"bandwidth_mbit": 25.0, "rtt_ms": 12.5, "cca": "reno", "t_exp_s": 1.5}}]
     assert privileged_inputs(paper).tolist() == [[1.0, 0.5, 1.0, 0.5]]
-    space = [{"space": "wifi-clients", "wifi": w, "draw": {"bandwidth_mbit": b, "rtt_ms": r, "cca": c, "t_exp_s": 6.0}}
-             for b, r, c, w in ((64.0, 128.0, "cubic", "none"), (2.0, 2.0, "pcc", "heavy"),
-                                (8.0, 16.0, "bbr", "light"))]
+    space = [{"space": "wifi-clients", "wifi": w, "loss": loss, "bottleneck": shape,
+              "draw": {"bandwidth_mbit": b, "rtt_ms": r, "cca": c, "t_exp_s": 6.0, "duration_s": 11.0}}
+             for b, r, c, w, loss, shape in (
+                 (64.0, 128.0, "cubic", "none", None, None),
+                 (2.0, 2.0, "pcc", "heavy", {"kind": "bernoulli", "p": 0.02}, "ramp"),
+                 (8.0, 16.0, "bbr", "light", {"kind": "gilbert", "p": 1e-4 * 200 ** 0.5, "burst_pkts": 4.0}, "real"))]
     x = privileged_inputs(space)
-    assert x.shape == (3, 8) and float(x.max()) <= 1.0
-    assert x[0].tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert x.shape == (3, 15) and float(x.max()) <= 1.0
+    assert x[0].tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.5]
     assert x[1, 4] == 1.0 and x[2, 3] == 1.0 and x[1, :2].tolist() == pytest.approx([1 / 6, 1 / 7])
     assert x[1, 5:7].tolist() == [0.0, 1.0] and x[2, 5:7].tolist() == [1.0, 0.0]
+    assert x[1, 7:11].tolist() == [0.0, 1.0, 0.0, 0.0] and x[2, 7:11].tolist() == [0.0, 0.0, 0.0, 1.0]
+    # 2 % is the top of the loss scale; 1e-4 x sqrt(200) its middle, in bursts
+    assert x[1, 11:13].tolist() == pytest.approx([1.0, 0.0]) and x[2, 11:13].tolist() == pytest.approx([0.5, 1.0])
 
 
 def test_startup_limit_holds_young_flows_only(tmp_path: Path) -> None:
@@ -411,6 +474,30 @@ def test_scenario_selects_the_agent_and_checks_it(tmp_path: Path) -> None:
     lone = "\n".join(lines).replace('agent = "actor.json", ', "")
     with pytest.raises(ScenarioError, match="only used with agent"):
         parse_scenario(lone, "t.toml", base_dir=tmp_path)
+    # The router-side floor (models/lfq_floor.py): with an agent, 0..4 BDPs; not a linkemu field
+    floored = "\n".join(lines).replace("agent_interval_ms = 20", "share_floor_bdp = 0.5")
+    q = parse_scenario(floored, "t.toml", base_dir=tmp_path).link.uplink.qdisc
+    assert isinstance(q, Lfq) and q.share_floor_bdp == 0.5 and "share_floor_bdp" not in q.to_config()
+    for bad, words in ((floored.replace("0.5", "5"), "share_floor_bdp"),
+                       (floored.replace('agent = "actor.json", ', ""), "only used with agent")):
+        with pytest.raises(ScenarioError, match=words):
+            parse_scenario(bad, "t.toml", base_dir=tmp_path)
+
+
+def test_share_floor_keeps_limits_above_a_fraction_of_the_fair_share_bdp() -> None:
+    """share_floor: the fair share is the mean out-rate of the flows that report one, so a starved flow (here
+    100 pps beside two at 1900) still gets half of (1300 pps x its RTT); a flow without a handshake RTT, or
+    whose limit is already above, keeps its limit; the floor is capped at the action's top (256)."""
+    from ccswitch.models.lfq_floor import share_floor
+
+    def flow(rate: float, rtt: float | None) -> dict:
+        return {"features": {"out_rate_pps": [rate] + [0.0] * 9}, "handshake_rtt_s": rtt}
+
+    flows = [flow(100.0, 0.040), flow(1900.0, 0.010), flow(1900.0, None), flow(0.0, 1.0)]
+    # share 1300 pps: 0.5 x 1300 x 0.040 = 26; x 0.010 = 6.5 -> 7 (its 30 stays); no RTT: 2 stays; 1 s: 650 -> 256
+    assert share_floor(flows, [2, 30, 2, 3], 0.5) == [26, 30, 2, 256]
+    assert share_floor(flows, [2, 30, 2, 3], 0.0) == [2, 30, 2, 3]
+    assert share_floor([flow(0.0, 0.04)], [3], 0.5) == [3]  # nobody sends yet: no share to size a floor on
 
 
 @pytest.mark.parametrize("path", ACTORS, ids=ACTOR_IDS)
@@ -430,7 +517,8 @@ def sock_dir() -> Iterator[Path]:
         yield Path(d)
 
 
-def _flow_through_lfq(actor_path: Path, sock_dir: Path, seconds: float) -> tuple[list, dict, object]:
+def _flow_through_lfq(actor_path: Path, sock_dir: Path, seconds: float,
+                      share_floor_bdp: float | None = None) -> tuple[list, dict, object]:
     """One Reno flow, 20 Mbit/s, 20 ms RTT, through an lfq uplink run by AgentLoop: its trace, the final
     lfq state, the loop."""
     from ccswitch.testbed.runs.emulator import Emulator, emulator_config, link
@@ -446,7 +534,7 @@ def _flow_through_lfq(actor_path: Path, sock_dir: Path, seconds: float) -> tuple
                               timing={"sched_fifo_priority": 0, "spin_us": 0})  # shared machine: functional test
         with Emulator(topo.router, cfg), start_server(topo.server, 5201, bind=topo.server_addr), \
                 LinkemuControl(sock, connect_timeout=5) as ctl:
-            loop = AgentLoop(sock, load_actor(actor_path), trace=True)
+            loop = AgentLoop(sock, load_actor(actor_path), trace=True, share_floor_bdp=share_floor_bdp)
             with loop:
                 flow = start_flow(topo.clients[0], topo.server_addr, 5201, cca="reno", seconds=seconds)
                 time.sleep(seconds - 0.5)
@@ -471,6 +559,21 @@ def test_agent_sets_limits_that_follow_the_flow(sock_dir: Path, iperf3: str) -> 
     data = max(final["flows"], key=lambda f: f["packets_in"])
     assert data["limit_pkts"] >= 150 and final["limit_sets"] >= 2, (data["limit_pkts"], final["limit_sets"])
     assert loop.sets >= 2
+
+
+@pytest.mark.kernel
+def test_share_floor_lifts_a_starving_actor(sock_dir: Path, iperf3: str) -> None:
+    """An actor that gives every flow 1-2 packets, behind a floor of half the fair share's BDP: the loop sets
+    the data flow's limit to >= half of (its out-rate x its handshake RTT).  Alone on 20 Mbit/s at 20 ms the
+    share is the flow's own rate; even held at 2 packets (~100 pps x 20 ms) the floor grows with it, and
+    once it climbs the flow reaches ~1650 pps: 0.5 x 1650 x 0.020 ~ 16 packets.  Bound: >= 8 (half of that,
+    for a flow still climbing out of the 1-2 packets it started with on a loaded machine)."""
+    _small_actor(sock_dir / "small.json")
+    _, final, loop = _flow_through_lfq(sock_dir / "small.json", sock_dir, 3.0, share_floor_bdp=0.5)
+    assert loop.error is None and loop.steps > 100, (loop.error, loop.steps)
+    data = max(final["flows"], key=lambda f: f["packets_in"])
+    rate = data["features"]["out_rate_pps"][0]
+    assert data["limit_pkts"] >= 8 and data["limit_pkts"] >= 0.5 * rate * data["handshake_rtt_s"] - 1, data
 
 
 @pytest.mark.kernel

@@ -203,3 +203,21 @@ def test_train_hp_overrides_are_checked_names_and_types(capsys) -> None:
             main(["train", "--hp", bad])
         err = capsys.readouterr().err.strip().splitlines()
         assert e.value.code == 2 and words in err[-1], (bad, err)
+
+
+def test_min_round_trips_keeps_the_flows_that_lasted_them(tmp_path, capsys) -> None:
+    """``train --min-round-trips N`` trains on the flows whose duration / RTT reached N (the space's samples
+    of before durations were drawn in round trips); none left: argparse's one line naming the longest, exit 2,
+    no actor file written."""
+    from ccswitch.models.lfq_train import long_enough, main, round_trips
+
+    rows = [{"draw": {"duration_s": d, "rtt_ms": r}} for d, r in ((5.0, 10.0), (5.0, 50.0), (12.0, 100.0))]
+    assert [round_trips(r) for r in rows] == pytest.approx([500, 100, 120])
+    assert long_enough(rows, 110, []) == [rows[0], rows[2]] and long_enough(rows, 0, []) == rows
+    f = tmp_path / "s.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--data", str(f), "--min-round-trips", "600", "--out", str(tmp_path / "a.json")])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and "lasted 600 round trips" in err and "longest: 500" in err, err
+    assert not (tmp_path / "a.json").exists()

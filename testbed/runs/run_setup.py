@@ -171,7 +171,8 @@ def _router_agents(sc: Scenario, run_dir: Path, meta: dict[str, Any], stack: con
 
             actor: Any = load_lfq_actor(q.agent)
             interval = q.agent_interval_ms / 1000 if q.agent_interval_ms else actor.interval_s
-            loop = LfqAgentLoop(sock, actor, direction=direction, interval_s=interval, log_csv=log_csv)
+            loop = LfqAgentLoop(sock, actor, direction=direction, interval_s=interval, log_csv=log_csv,
+                                share_floor_bdp=q.share_floor_bdp)
         else:
             from ccswitch.models.dualpi2_actor import load_actor
 

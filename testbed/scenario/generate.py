@@ -107,6 +107,51 @@ def weighted_choice(rng: np.random.Generator, weights: dict[str, float]) -> str:
     return keys[int(rng.choice(len(keys), p=w / w.sum()))]
 
 
+def draw_bottleneck(rng: np.random.Generator, space: Space) -> tuple[str, dict[str, Any]]:
+    """A bottleneck's rate shape drawn from the space: its kind and profile (times as fractions of the run;
+    :func:`rate_series` and :func:`write_trace` turn them into rates)."""
+    kind = weighted_choice(rng, space.bottleneck_kind)
+    profile: dict[str, Any] = {}
+    if kind == "step":
+        t1 = rng.uniform(0.3, 0.5)
+        profile = {"factor": _r(rng.uniform(space.step_factor.lo, space.step_factor.hi)), "down_at": _r(t1),
+                   "up_at": _r(t1 + rng.uniform(0.2, 0.35))}
+    elif kind == "ramp":
+        profile = {"factor": _r(rng.uniform(space.ramp_factor.lo, space.ramp_factor.hi)),
+                   "up": bool(rng.random() < 0.5)}
+    elif kind == "variable":
+        profile = {"sigma": _r(space.variable_sigma), "seed": int(rng.integers(1 << 31))}
+    elif kind == "real":
+        trace = space.real_traces[int(rng.integers(len(space.real_traces)))]
+        profile = {"trace": trace.name, "offset": _r(rng.uniform(0.0, 1.0))}
+    return kind, profile
+
+
+def draw_loss(rng: np.random.Generator, space: Space) -> dict[str, Any]:
+    """A bottleneck's random loss drawn from the space: ``{"kind": "none"}``, or Bernoulli / Gilbert with its
+    mean rate ``p`` (log-uniform) and, for Gilbert, its mean burst ``burst_pkts``."""
+    kind = weighted_choice(rng, space.loss_kind)
+    loss: dict[str, Any] = {"kind": kind}
+    if kind != "none":
+        loss["p"] = round(log_uniform(rng, max(space.loss_p.lo, 1e-6), space.loss_p.hi), 5)
+        if kind == "gilbert":
+            loss["burst_pkts"] = _r(rng.uniform(space.burst_pkts.lo, space.burst_pkts.hi))
+    return loss
+
+
+def loss_model(loss: dict[str, Any]) -> dict[str, Any] | None:
+    """linkemu's LOSS object for a drawn loss (None: none).  Gilbert: a bad state of mean length burst_pkts
+    that drops every packet, entered so that the mean loss rate is p."""
+    if loss["kind"] == "bernoulli":
+        return {"model": "bernoulli", "p": loss["p"]}
+    if loss["kind"] == "gilbert":
+        p_bg = 1.0 / loss["burst_pkts"]
+        p_gb = loss["p"] * p_bg / (1.0 - loss["p"])
+        return {"model": "gilbert", "p_gb": float(f"{p_gb:.6g}"), "p_bg": float(f"{p_bg:.6g}"),
+                "loss_good": 0.0, "loss_bad": 1.0}
+    return None
+
+
 def _client_rtts(space: Space, rng: np.random.Generator, n: int, base: float) -> list[float]:
     if n < 2 or rng.random() >= space.rtt_unequal_p:
         return [base] * n
@@ -117,7 +162,7 @@ def _client_rtts(space: Space, rng: np.random.Generator, n: int, base: float) ->
     return [base, *others]
 
 
-def _peak_factor(kind: str) -> float:
+def peak_factor(kind: str) -> float:
     """Peak / mean rate of a bottleneck kind (for sizing the WiFi medium)."""
     return {"constant": 1.0, "step": 1.0, "ramp": 1.0, "variable": 2.5, "real": 2.0}[kind]
 
@@ -144,30 +189,12 @@ def draw(space: Space, rng: np.random.Generator) -> dict[str, Any]:
     base = log_uniform(rng, space.rtt_base_ms.lo, space.rtt_base_ms.hi)
     rtts = _client_rtts(space, rng, n, base)
     rate = log_uniform(rng, space.rate_mbit.lo, space.rate_mbit.hi)
-    kind = weighted_choice(rng, space.bottleneck_kind)
-    profile: dict[str, Any] = {}
-    if kind == "step":
-        t1 = rng.uniform(0.3, 0.5)
-        profile = {"factor": _r(rng.uniform(space.step_factor.lo, space.step_factor.hi)), "down_at": _r(t1),
-                   "up_at": _r(t1 + rng.uniform(0.2, 0.35))}
-    elif kind == "ramp":
-        profile = {"factor": _r(rng.uniform(space.ramp_factor.lo, space.ramp_factor.hi)),
-                   "up": bool(rng.random() < 0.5)}
-    elif kind == "variable":
-        profile = {"sigma": _r(space.variable_sigma), "seed": int(rng.integers(1 << 31))}
-    elif kind == "real":
-        trace = space.real_traces[int(rng.integers(len(space.real_traces)))]
-        profile = {"trace": trace.name, "offset": _r(rng.uniform(0.0, 1.0))}
-    loss_kind = weighted_choice(rng, space.loss_kind)
-    loss: dict[str, Any] = {"kind": loss_kind}
-    if loss_kind != "none":
-        loss["p"] = round(log_uniform(rng, max(space.loss_p.lo, 1e-6), space.loss_p.hi), 5)
-        if loss_kind == "gilbert":
-            loss["burst_pkts"] = _r(rng.uniform(space.burst_pkts.lo, space.burst_pkts.hi))
+    kind, profile = draw_bottleneck(rng, space)
+    loss = draw_loss(rng, space)
     wifi = weighted_choice(rng, space.wifi_profile)
     phy, anomaly = ([], False)
     if wifi != "none":
-        phy, anomaly = _phy_rates(space, rng, n, rate * _peak_factor(kind), MAC_EFFICIENCY[wifi])
+        phy, anomaly = _phy_rates(space, rng, n, rate * peak_factor(kind), MAC_EFFICIENCY[wifi])
     qkind = weighted_choice(rng, space.queue_kind)
     queue: dict[str, Any] = {"kind": qkind}
     if qkind == "pfifo":
@@ -305,13 +332,12 @@ def scenario_name(params: dict[str, Any], digest: str) -> str:
 
 
 def _loss_toml(loss: dict[str, Any]) -> str | None:
-    if loss["kind"] == "bernoulli":
-        return f'{{ model = "bernoulli", p = {loss["p"]} }}'
-    if loss["kind"] == "gilbert":
-        p_bg = 1.0 / loss["burst_pkts"]
-        p_gb = loss["p"] * p_bg / (1.0 - loss["p"])
-        return f'{{ model = "gilbert", p_gb = {p_gb:.6g}, p_bg = {p_bg:.6g}, loss_good = 0.0, loss_bad = 1.0 }}'
-    return None
+    m = loss_model(loss)
+    if m is None:
+        return None
+    if m["model"] == "bernoulli":
+        return f'{{ model = "bernoulli", p = {m["p"]} }}'
+    return f'{{ model = "gilbert", p_gb = {m["p_gb"]:.6g}, p_bg = {m["p_bg"]:.6g}, loss_good = 0.0, loss_bad = 1.0 }}'
 
 
 def _qdisc_toml(queue: dict[str, Any]) -> str:

@@ -152,7 +152,9 @@ class Lfq:
     ``agent`` (a path, relative to the scenario file): an actor file of paper 001's LFQ agent
     (``models/lfq_actor.json``); the runner then sets every flow's limit from it every
     ``agent_interval_ms`` (default: the interval it was trained with, 10 ms) through linkemu's control
-    socket (testbed/runs/lfq_agent.py).  Not linkemu fields.
+    socket (testbed/runs/lfq_agent.py).  ``share_floor_bdp`` (0..4, none by default): no limit the agent
+    sets goes below that fraction of the flow's fair-share BDP (models/lfq_floor.py).  Not
+    linkemu fields.
     """
 
     default_limit_pkts: int | None = None
@@ -162,11 +164,12 @@ class Lfq:
     idle_timeout_ms: float | None = None
     agent: Path | None = None
     agent_interval_ms: float | None = None
+    share_floor_bdp: float | None = None
 
     def to_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"kind": "lfq", **present_fields(self)}
-        cfg.pop("agent", None)
-        cfg.pop("agent_interval_ms", None)
+        for agent_field in ("agent", "agent_interval_ms", "share_floor_bdp"):
+            cfg.pop(agent_field, None)
         return cfg
 
 

@@ -156,10 +156,12 @@ def _lfq(t: Table, base_dir: Path | None = None) -> Lfq:
         t.err(t.here("default_limit_pkts"), f"must be <= limit_pkts ({limit}), got {default}")
     agent = _agent(t, base_dir, "lfq")
     interval = t.number("agent_interval_ms", None, lo=1.0, hi=10_000.0)
-    if interval is not None and agent is None:
-        t.err(t.here("agent_interval_ms"), "only used with agent = \"PATH\" (an LFQ actor file)")
+    floor = t.number("share_floor_bdp", None, lo=0.0, hi=4.0)
+    for key, val in (("agent_interval_ms", interval), ("share_floor_bdp", floor)):
+        if val is not None and agent is None:
+            t.err(t.here(key), "only used with agent = \"PATH\" (an LFQ actor file)")
     t.done()
-    return Lfq(agent=agent, agent_interval_ms=interval, **v)
+    return Lfq(agent=agent, agent_interval_ms=interval, share_floor_bdp=floor, **v)
 
 
 _PIE = {"target_ms": ("pos", None, 60_000.0), "tupdate_ms": ("num", 0.1, 60_000.0), "alpha": ("pos", None, 2.0),

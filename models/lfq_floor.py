@@ -1,0 +1,42 @@
+"""A router-side floor under the LFQ actor's per-flow limits (a deviation from paper 001, which has none).
+
+The learned limit is kept unless it falls below a fraction of the flow's fair-share BDP; the router loop
+(testbed/runs/lfq_agent.py) applies it after the actor when the scenario's lfq table sets
+``share_floor_bdp``.  Why: the errors of an actor trained offline on ~10^3-10^4 noisy experiments are not
+alike.  A limit too large costs queueing delay; one too small starves a loss-based flow under fair queuing,
+whose idle share goes to the others (a Reno flow at 84 Mbit/s and 18 ms held at 3 packets got 4 % of its
+share).  Half a BDP keeps Reno's sawtooth (0.75..1.5 BDP) above ~95 % utilisation; CUBIC needs less.
+docs/network/lfq.md "A floor under the limits" has the measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .lfq_actor import LOG2_MAX
+
+__all__ = ["share_floor"]
+
+
+def share_floor(flows: Sequence[Mapping[str, Any]], limits: Sequence[int], bdp_fraction: float) -> list[int]:
+    """Each flow's limit raised to at least *bdp_fraction* x its fair share's BDP.
+
+    The fair share is the mean out-rate of the flows that have one (linkemu's ``out_rate_pps`` at its
+    fastest weight, reported once a flow has sent 32 packets): under fair queuing a link kept busy gives
+    each backlogged flow that, whatever one starved flow sends, so a flow whose limit is too small does not
+    shrink its own floor.  The BDP is that share times the flow's handshake RTT (linkemu's
+    ``handshake_rtt_s``: none, no floor).  The floor is capped at the action's largest limit (256)."""
+    rates = [float((f.get("features") or {}).get("out_rate_pps", [0.0])[0] or 0.0) for f in flows]
+    sending = [r for r in rates if r > 0.0]
+    if not sending or bdp_fraction <= 0.0:
+        return list(limits)
+    share_pps = sum(sending) / len(sending)
+    top = round(2.0 ** LOG2_MAX)
+    out = []
+    for f, lim in zip(flows, limits, strict=True):
+        rtt = f.get("handshake_rtt_s")
+        floor = math.ceil(bdp_fraction * share_pps * float(rtt)) if rtt is not None and rtt > 0 else 0
+        out.append(max(int(lim), min(floor, top)))
+    return out
