@@ -331,10 +331,10 @@ class LfqEpisodes:
         sock = self.workdir / "linkemu.sock"
         rate = b * (self.n + 1)
         seconds = max(d.duration_s for d in draws) + FILLER_EXTRA_S
-        shape = (episode_bottleneck(rng, self.space, rate, seconds, self.workdir / "uplink.trace")
-                 if self.shapes else Bottleneck("constant", {"rate_mbit": rate}))
+        shaped = self.space if self.shapes else None  # no space, or shapes=False: constant and lossless
+        shape = episode_bottleneck(rng, shaped, rate, seconds, self.workdir / "uplink.trace")
         medium, wifi = episode_wifi(rng, self.space, self.n + 1, rate * peak_factor(shape.kind))
-        loss, loss_link = episode_loss(rng, self.space) if self.shapes else ({"kind": "none"}, None)
+        loss, loss_link = episode_loss(rng, shaped)
         cfg = emulator_config(
             topo.client_ifs, topo.server_if, seed=self.episodes, interval_ms=1000,
             uplink=link(delay_ms=BASE_RTT_MS / 2, qdisc={"kind": "lfq"}, loss=loss_link, **shape.link),

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .lfq_actor import LOG2_MAX
+from .lfq_actor import limit_for
 
 __all__ = ["share_floor"]
 
@@ -33,7 +33,7 @@ def share_floor(flows: Sequence[Mapping[str, Any]], limits: Sequence[int], bdp_f
     if not sending or bdp_fraction <= 0.0:
         return list(limits)
     share_pps = sum(sending) / len(sending)
-    top = round(2.0 ** LOG2_MAX)
+    top = limit_for(1.0)  # the action's largest limit
     out = []
     for f, lim in zip(flows, limits, strict=True):
         rtt = f.get("handshake_rtt_s")
