@@ -14,7 +14,9 @@
 
 The other papers' learners sit beside it, one prefix each: ``a3c_*`` and ``dualpi2_*`` (A3C setting
 DualPI2's p', the L4S router), ``dqn_rltcp.py`` and ``rltcp_agent.py`` (paper 003's RL-TCP), ``lfq_*``
-(paper 001's learned per-flow buffers).  ``commands.py`` holds ``ccswitch train`` and ``ccswitch
+(paper 001's learned per-flow buffers: ``lfq_train.py`` collects and trains, ``lfq_samples.py`` reads the
+samples, ``lfq_actor.py`` is the actor file, ``lfq_floor.py`` the router-side floor, ``lfq_ceiling.py`` what
+the samples support).  ``commands.py`` holds ``ccswitch train`` and ``ccswitch
 evaluate``.
 
 Nothing here imports TensorFlow at import time; only ``dqn.py`` does.

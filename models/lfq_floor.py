@@ -12,6 +12,7 @@ docs/network/lfq.md "A floor under the limits" has the measurements.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,16 +28,31 @@ def share_floor(flows: Sequence[Mapping[str, Any]], limits: Sequence[int], bdp_f
     fastest weight, reported once a flow has sent 32 packets): under fair queuing a link kept busy gives
     each backlogged flow that, whatever one starved flow sends, so a flow whose limit is too small does not
     shrink its own floor.  The BDP is that share times the flow's handshake RTT (linkemu's
-    ``handshake_rtt_s``: none, no floor).  The floor is capped at the action's largest limit (256)."""
+    ``handshake_rtt_s``); a flow without one (seen from its middle: started before the router, or a
+    repeated SYN) takes the median of the flows that have one, a guess that errs no worse than the
+    actor's own (no flow has one: no floor).  The floor is capped at the action's largest limit (256)."""
     rates = [float((f.get("features") or {}).get("out_rate_pps", [0.0])[0] or 0.0) for f in flows]
     sending = [r for r in rates if r > 0.0]
     if not sending or bdp_fraction <= 0.0:
         return list(limits)
     share_pps = sum(sending) / len(sending)
+    rtts = [_rtt_of(f) for f in flows]
+    known = [r for r in rtts if r is not None]
+    fallback = statistics.median(known) if known else None
     top = limit_for(1.0)  # the action's largest limit
     out = []
-    for f, lim in zip(flows, limits, strict=True):
-        rtt = f.get("handshake_rtt_s")
-        floor = math.ceil(bdp_fraction * share_pps * float(rtt)) if rtt is not None and rtt > 0 else 0
+    for rtt, lim in zip(rtts, limits, strict=True):
+        rtt = rtt if rtt is not None else fallback
+        floor = math.ceil(bdp_fraction * share_pps * rtt) if rtt is not None else 0
         out.append(max(int(lim), min(floor, top)))
     return out
+
+
+def _rtt_of(flow: Mapping[str, Any]) -> float | None:
+    """The flow's handshake RTT in seconds, or None (not measured, or not a positive number)."""
+    rtt = flow.get("handshake_rtt_s")
+    try:
+        rtt = float(rtt) if rtt is not None else None
+    except (TypeError, ValueError):
+        return None
+    return rtt if rtt is not None and rtt > 0.0 else None

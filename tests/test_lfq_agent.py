@@ -397,7 +397,7 @@ def test_startup_limit_holds_young_flows_only(tmp_path: Path) -> None:
 
 def test_samples_of_different_startups_are_refused(tmp_path: Path) -> None:
     """train writes the samples' start-up into the actor; samples behind different ones are one line."""
-    from ccswitch.models.lfq_train import samples_startup
+    from ccswitch.models.lfq_samples import samples_startup
 
     rows = [{"startup": {"seconds": 1.0, "limit_pkts": 8}}] * 2
     assert samples_startup(rows, [tmp_path / "a.jsonl"]) == Startup(1.0, 8)
@@ -486,17 +486,21 @@ def test_scenario_selects_the_agent_and_checks_it(tmp_path: Path) -> None:
 
 def test_share_floor_keeps_limits_above_a_fraction_of_the_fair_share_bdp() -> None:
     """share_floor: the fair share is the mean out-rate of the flows that report one, so a starved flow (here
-    100 pps beside two at 1900) still gets half of (1300 pps x its RTT); a flow without a handshake RTT, or
-    whose limit is already above, keeps its limit; the floor is capped at the action's top (256)."""
+    100 pps beside two at 1900) still gets half of (1300 pps x its RTT); a flow without a handshake RTT takes
+    the median of the flows that have one (none has one: no floor); a flow whose limit is already above keeps
+    it; the floor is capped at the action's top (256)."""
     from ccswitch.models.lfq_floor import share_floor
 
     def flow(rate: float, rtt: float | None) -> dict:
         return {"features": {"out_rate_pps": [rate] + [0.0] * 9}, "handshake_rtt_s": rtt}
 
     flows = [flow(100.0, 0.040), flow(1900.0, 0.010), flow(1900.0, None), flow(0.0, 1.0)]
-    # share 1300 pps: 0.5 x 1300 x 0.040 = 26; x 0.010 = 6.5 -> 7 (its 30 stays); no RTT: 2 stays; 1 s: 650 -> 256
-    assert share_floor(flows, [2, 30, 2, 3], 0.5) == [26, 30, 2, 256]
+    # share 1300 pps: 0.5 x 1300 x 0.040 = 26; x 0.010 = 6.5 -> 7 (its 30 stays); no RTT: the median of
+    # (0.040, 0.010, 1.0) = 0.040 -> 26; 1 s: 650 -> 256
+    assert share_floor(flows, [2, 30, 2, 3], 0.5) == [26, 30, 26, 256]
     assert share_floor(flows, [2, 30, 2, 3], 0.0) == [2, 30, 2, 3]
+    unknown = [flow(1900.0, None), flow(1900.0, "n/a"), flow(1900.0, -1.0)]
+    assert share_floor(unknown, [2, 3, 4], 0.5) == [2, 3, 4]  # no flow has an RTT: nothing to size a floor on
     assert share_floor([flow(0.0, 0.04)], [3], 0.5) == [3]  # nobody sends yet: no share to size a floor on
 
 
@@ -669,7 +673,7 @@ def test_scenario_runs_the_agent_through_the_runner(tmp_path: Path, iperf3: str)
     assert rec["kind"] == "lfq" and rec["error"] is None, rec
     assert rec["steps"] >= 0.7 * 4 / 0.01, rec  # ran the whole run (slack: start-up, a loaded machine)
     rows = (run_dir / "emulator" / "agent-uplink.csv").read_text().splitlines()
-    assert rows[0] == "t_s,queue,backlog_pkts,limit_was,limit_set" and len(rows) > rec["steps"] / 2
+    assert rows[0] == "t_s,queue,backlog_pkts,limit_was,limit_set,handshake_rtt_ms" and len(rows) > rec["steps"] / 2
     # The rate actor gives the 20 Mbit/s flow >= 150 packets (test above): linkemu applied it.
     assert max(int(r.split(",")[4]) for r in rows[1:]) >= 150
     assert summary["emulator"]["uplink"]["qdisc_stats"]["limit_sets"] > 0

@@ -45,7 +45,7 @@ def test_reward_at_is_the_actors_reward_at_the_shipped_price() -> None:
 def test_the_delay_reward_prices_the_queue_in_bdps_and_training_can_use_it() -> None:
     from ccswitch.models.lfq_actor import KAPPA, delay_reward
     from ccswitch.models.lfq_ceiling import delay_normalised
-    from ccswitch.models.lfq_train import sample_reward
+    from ccswitch.models.lfq_samples import sample_reward
 
     # 9 of 10 Mbit/s with a queue of half a BDP: 0.9 - KAPPA / 2; above b the utilisation is clipped at 1
     assert delay_reward(9.0, 10.0, 10.0, 20.0) == pytest.approx(0.9 - KAPPA / 2)
@@ -209,7 +209,8 @@ def test_min_round_trips_keeps_the_flows_that_lasted_them(tmp_path, capsys) -> N
     """``train --min-round-trips N`` trains on the flows whose duration / RTT reached N (the space's samples
     of before durations were drawn in round trips); none left: argparse's one line naming the longest, exit 2,
     no actor file written."""
-    from ccswitch.models.lfq_train import long_enough, main, round_trips
+    from ccswitch.models.lfq_samples import long_enough, round_trips
+    from ccswitch.models.lfq_train import main
 
     rows = [{"draw": {"duration_s": d, "rtt_ms": r}} for d, r in ((5.0, 10.0), (5.0, 50.0), (12.0, 100.0))]
     assert [round_trips(r) for r in rows] == pytest.approx([500, 100, 120])

@@ -52,8 +52,9 @@ class AgentLoop(RouterAgentLoop):
 
     ``start()`` connects (raising :class:`LinkemuControlError` if the socket is not there); ``stop()``
     joins.  With *log_csv*: one row per flow and interval (time, queue, backlog, limit before, limit
-    set).  With ``trace=True`` the loop also keeps ``(t_s, backlog_pkts, bytes_out, {queue: limit})`` per
-    interval in :attr:`trace` (the reproduction driver's queue samples).
+    set, the flow's handshake RTT in ms: empty when linkemu has none).  With ``trace=True`` the loop also
+    keeps ``(t_s, backlog_pkts, bytes_out, {queue: limit})`` per interval in :attr:`trace` (the
+    reproduction driver's queue samples).
     """
 
     name = "lfq-agent"
@@ -104,7 +105,7 @@ class AgentLoop(RouterAgentLoop):
         if self.log_csv is not None:
             out = self.log_csv.open("w", newline="")
             writer = csv.writer(out)
-            writer.writerow(["t_s", "queue", "backlog_pkts", "limit_was", "limit_set"])
+            writer.writerow(["t_s", "queue", "backlog_pkts", "limit_was", "limit_set", "handshake_rtt_ms"])
         interval_s, stopped, wait = self.interval_s, self._stop.is_set, self._stop.wait
         thread_time, monotonic = time.thread_time, time.monotonic
         next_t = monotonic()
@@ -114,8 +115,9 @@ class AgentLoop(RouterAgentLoop):
                 d = self.step()
                 if writer is not None:
                     for f, lim in zip(d.get("flows") or [], d["_limits"], strict=True):
+                        rtt = f.get("handshake_rtt_s")
                         writer.writerow([f"{d['_t_s']:.4f}", f["queue"], f.get("backlog_pkts"),
-                                         f.get("limit_pkts"), lim])
+                                         f.get("limit_pkts"), lim, "" if rtt is None else f"{1e3 * rtt:.3f}"])
                 self.cpu_s += thread_time() - c0
                 next_t += interval_s
                 wait(max(next_t - monotonic(), 0.0))

@@ -39,8 +39,10 @@
 //! SYN-ACK (the passive side's data) it adds that side's delay before its
 //! first byte.  A second SYN before the next packet makes it ambiguous
 //! (Karn's rule: which SYN did the ACK answer?), and a flow that did not
-//! start with a SYN (not TCP, or restarted after idle) has none; the state
-//! then has no `handshake_rtt_s`.  This is how a router sees a flow's RTT
+//! start with a SYN (not TCP, or seen from its middle) has none; the state
+//! then has no `handshake_rtt_s`.  A flow that restarts after idle with the
+//! same 5-tuple and no SYN is the same connection resuming (a starved flow in
+//! RTO backoff goes quiet for seconds) and keeps the estimate it had.  This is how a router sees a flow's RTT
 //! without the reverse direction (passive RTT measurement, e.g. pping,
 //! pairs both directions instead).
 //!
@@ -100,6 +102,15 @@ impl Handshake {
         match flags {
             Some(f) if f & TCP_SYN != 0 => Handshake::Opened(now),
             _ => Handshake::Unseen,
+        }
+    }
+
+    /// A flow restarted after idle: a new SYN starts a new measurement; otherwise the same 5-tuple
+    /// (`resumed`: its previous state) is the same connection resuming and keeps its estimate.
+    pub fn or_resumed(self, resumed: Option<Handshake>) -> Handshake {
+        match (self, resumed) {
+            (Handshake::Unseen, Some(prev @ Handshake::Rtt(_))) => prev,
+            (h, _) => h,
         }
     }
 
@@ -221,8 +232,9 @@ impl Qdisc for Lfq {
         let f = slot.get_or_insert_with(|| Box::new(LfqFlow::new(key, default, now)));
         let idle_over = f.feats.last_arrival().is_some_and(|t| now.saturating_sub(t) > idle);
         if first_use || (qlen == 0 && idle_over) {
+            let resumed = (f.key == key).then_some(f.handshake);
             **f = LfqFlow::new(key, default, now);
-            f.handshake = Handshake::start(pkt.tcp_flags(), now);
+            f.handshake = Handshake::start(pkt.tcp_flags(), now).or_resumed(resumed);
             self.flows_started += 1;
             if first_use {
                 self.touched.push(idx);

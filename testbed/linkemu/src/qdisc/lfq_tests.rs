@@ -397,9 +397,19 @@ fn a_tcp_flow_s_handshake_rtt_is_its_syn_to_its_next_packet_and_only_that() {
     let udp = Packet::from_frame(&build::ipv4_udp_ports([2; 6], [4; 6], 100, Ecn::NotEct, 4, 5201), 0);
     q.enqueue(udp, 0).unwrap();
     assert_eq!(rtt(&q, 4, 5 * NS_PER_MS), None);
-    // A new connection in the same queue after the idle timeout gets its own measurement.
+    // The same connection resuming after the idle timeout (no SYN; an RTO backoff) keeps its 17 ms, as a
+    // new flow (flows_started counts it); one seen from its middle still has none after a restart.
     while q.dequeue(2000 * NS_PER_MS, &mut drops).is_some() {}
-    q.enqueue(tcp(1, 60, TCP_SYN), 5 * NS_PER_S).unwrap();
-    q.enqueue(tcp(1, 52, TCP_ACK), 5 * NS_PER_S + 6 * NS_PER_MS).unwrap();
-    assert_eq!(rtt(&q, 1, 5 * NS_PER_S + 6 * NS_PER_MS), Some(0.006));
+    let started = |q: &Lfq| q.control_state(0, 10).params.iter().find(|(n, _)| *n == "flows_started").unwrap().1;
+    let before = started(&q);
+    q.enqueue(tcp(1, 1500, TCP_ACK), 4 * NS_PER_S).unwrap();
+    q.enqueue(tcp(3, 1500, TCP_ACK), 4 * NS_PER_S).unwrap();
+    assert_ne!(started(&q), before, "the idle flows restarted");
+    assert_eq!(rtt(&q, 1, 4 * NS_PER_S), Some(0.017));
+    assert_eq!(rtt(&q, 3, 4 * NS_PER_S), None);
+    // A new connection in the same queue after the idle timeout gets its own measurement.
+    while q.dequeue(5 * NS_PER_S, &mut drops).is_some() {}
+    q.enqueue(tcp(1, 60, TCP_SYN), 9 * NS_PER_S).unwrap();
+    q.enqueue(tcp(1, 52, TCP_ACK), 9 * NS_PER_S + 6 * NS_PER_MS).unwrap();
+    assert_eq!(rtt(&q, 1, 9 * NS_PER_S + 6 * NS_PER_MS), Some(0.006));
 }
