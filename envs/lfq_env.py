@@ -229,7 +229,8 @@ def episode_bottleneck(rng: np.random.Generator, space: Space | None, rate_mbit:
     """An episode's rate shape of nominal rate *rate_mbit* over *seconds* (module docstring; as the
     generator's, step and ramp shapes fall below it and variable and real ones move around it): constant,
     or a Mahimahi *trace* written by the scenario generator."""
-    from ccswitch.testbed.scenario.generate import draw_bottleneck, read_trace, write_trace
+    from ccswitch.testbed.scenario.generate import draw_bottleneck
+    from ccswitch.testbed.scenario.traces import read_trace, write_trace
 
     if space is None:
         return Bottleneck("constant", {"rate_mbit": rate_mbit})

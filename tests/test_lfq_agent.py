@@ -283,7 +283,7 @@ def test_flows_drawn_from_the_scenario_space(tmp_path: Path) -> None:
     # flow's share: a step or ramp falls from the nominal rate to its factor, a variable or real one moves
     # around it (one trace's mean anywhere in ~0.5..1.8x; the mean over ~40 of a kind within 15 %).
     from ccswitch.envs.lfq_env import Bottleneck, episode_bottleneck
-    from ccswitch.testbed.scenario.generate import read_trace
+    from ccswitch.testbed.scenario.traces import read_trace
 
     shapes = [episode_bottleneck(rng, space, 40.0, 10.0, tmp_path / f"t{i}.trace") for i in range(400)]
     names = [sh.kind for sh in shapes]

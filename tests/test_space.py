@@ -18,12 +18,11 @@ from ccswitch.testbed.scenario.generate import (
     draw_split,
     generate,
     param_hash,
-    read_trace,
     split_of,
     tags,
-    write_trace,
 )
 from ccswitch.testbed.scenario.space import load_space, parse_space
+from ccswitch.testbed.scenario.traces import read_trace, write_trace
 
 REPO = Path(__file__).resolve().parents[1]
 SPACE = REPO / "testbed" / "scenarios" / "space.toml"

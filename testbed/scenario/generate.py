@@ -74,6 +74,7 @@ import numpy as np
 from .model import ScenarioError
 from .parse import parse_scenario
 from .space import SPLITS, WIFI_PROFILES, Space
+from .traces import write_trace
 
 GENERATOR_VERSION = 2
 DIGITS = 3
@@ -82,9 +83,6 @@ MAC_EFFICIENCY = {"light": 0.75, "heavy": 0.5}
 """Share of the PHY rate the medium delivers per WiFi profile (A-MPDU aggregation; the heavy
 profile's ~1 ms mean extra access delay and aggregation wait cost about a third more)."""
 MEDIUM_HEADROOM = 1.25
-VARIABLE_PHI = 0.8
-TRACE_TAIL_S = 15.0
-"""Trace length beyond the run: linkemu starts a few seconds before the scenario clock."""
 INDEX_FIELDS = ("name", "file", "split", "hash", "space", "generator", "seed", "candidate", "clients", "managed",
                 "rtt_base_ms", "rtt_ratio", "rate_mbit", "bottleneck", "loss", "loss_p", "wifi", "rate_anomaly",
                 "queue", "queue_bdp", "ccas", "late_joiner", "early_stopper", "web_flows", "tags", "params")
@@ -109,7 +107,7 @@ def weighted_choice(rng: np.random.Generator, weights: dict[str, float]) -> str:
 
 def draw_bottleneck(rng: np.random.Generator, space: Space) -> tuple[str, dict[str, Any]]:
     """A bottleneck's rate shape drawn from the space: its kind and profile (times as fractions of the run;
-    :func:`rate_series` and :func:`write_trace` turn them into rates)."""
+    :func:`.traces.rate_series` and :func:`.traces.write_trace` turn them into rates)."""
     kind = weighted_choice(rng, space.bottleneck_kind)
     profile: dict[str, Any] = {}
     if kind == "step":
@@ -243,75 +241,6 @@ def split_of(digest: str, shares: dict[str, float]) -> str:
         if u < acc:
             return s
     return SPLITS[-1]
-
-
-# ------------------------------------------------------------------- traces ---
-
-
-def rate_series(params: dict[str, Any], space: Space, seconds: int) -> list[float] | None:
-    """Per-second uplink rate (Mbit/s) of a generated profile; None for constant and real."""
-    kind, rate, p = params["bottleneck"], params["rate_mbit"], params["profile"]
-    dur = params["duration_s"]
-    if kind == "step":
-        return [rate * (p["factor"] if p["down_at"] * dur <= k < p["up_at"] * dur else 1.0) for k in range(seconds)]
-    if kind == "ramp":
-        lo = p["factor"]
-        out = []
-        for k in range(seconds):
-            x = min(k / dur, 1.0)
-            out.append(rate * (lo + (1 - lo) * (x if p["up"] else 1 - x)))
-        return out
-    if kind == "variable":
-        rng = np.random.default_rng(p["seed"])
-        sigma = p["sigma"]
-        var = sigma ** 2 / (1 - VARIABLE_PHI ** 2)
-        x = float(rng.normal(0.0, math.sqrt(var)))
-        out = []
-        for _ in range(seconds):
-            out.append(min(max(rate * math.exp(x - var / 2), 0.2 * rate), 2.5 * rate))
-            x = VARIABLE_PHI * x + float(rng.normal(0.0, sigma))
-        return out
-    return None
-
-
-def read_trace(path: Path) -> list[int]:
-    """Milliseconds of the delivery opportunities of a Mahimahi trace."""
-    return [int(line) for line in path.read_text().split()]
-
-
-def _opportunities_per_ms(params: dict[str, Any], space: Space, total_ms: int) -> np.ndarray:
-    """1500-byte delivery opportunities in each millisecond (fractional)."""
-    series = rate_series(params, space, math.ceil(total_ms / 1000))
-    if series is not None:
-        per_ms = np.repeat(np.asarray(series) * 1e6 / 8 / 1000 / 1500, 1000)[:total_ms]
-        return per_ms
-    name = params["profile"]["trace"]
-    src = next((t for t in space.real_traces if t.name == name), None)
-    if src is None:
-        raise ScenarioError(f"real trace {name!r} is not in the space's real_traces folder")
-    ms = read_trace(src)
-    period = max(ms[-1], 1)
-    counts = np.bincount(np.asarray(ms) % period, minlength=period).astype(float)
-    start = int(params["profile"]["offset"] * period)
-    idx = (np.arange(total_ms) + start) % period
-    per_ms = counts[idx]
-    mean_mbit = counts.sum() * 1500 * 8 / (period / 1000) / 1e6
-    return per_ms * (params["rate_mbit"] / mean_mbit)
-
-
-def write_trace(params: dict[str, Any], space: Space, path: Path) -> int:
-    """The Mahimahi trace of a non-constant bottleneck; returns bytes per opportunity."""
-    total_ms = int((params["duration_s"] + TRACE_TAIL_S) * 1000)
-    per_ms = _opportunities_per_ms(params, space, total_ms)
-    scale = max(1, round(params["rate_mbit"] / 12.0))
-    cum = np.floor(np.cumsum(per_ms) / scale + 1e-9).astype(np.int64)
-    counts = np.diff(np.concatenate([[0], cum]))
-    lines = np.repeat(np.arange(1, total_ms + 1), counts)
-    if len(lines) == 0 or lines[-1] != total_ms:
-        lines = np.append(lines, total_ms)  # the period: the last line is the trace's length
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(map(str, lines.tolist())) + "\n")
-    return 1500 * scale
 
 
 # --------------------------------------------------------------- scenarios ---
