@@ -64,6 +64,9 @@ QUEUES: dict[str, str] = {
     # (docs/network/lfq.md "A floor under the limits"): the LFQ configuration to run for the space's users
     "lfq-space-floor": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor_space.json"}", '
                        'share_floor_bdp = 0.5 }',
+    # the same floor at one whole BDP (docs/network/lfq.md "The floor's hole closed; half a BDP or one")
+    "lfq-space-floor1": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor_space.json"}", '
+                        'share_floor_bdp = 1.0 }',
     # paper 004: every flow the same (Gold) policy, so per-flow packet values decide the shares
     "vdq_csaqm": '{ kind = "vdq_csaqm", default_policy = "gold" }',
 }
