@@ -61,10 +61,11 @@ QUEUES: dict[str, str] = {
     # (docs/network/lfq.md "An actor for the scenario space")
     "lfq-space": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor_space.json"}" }}',
     # and behind the router-side floor of half the fair share's BDP under every limit it sets
-    # (docs/network/lfq.md "A floor under the limits"): the LFQ configuration to run for the space's users
+    # (docs/network/lfq.md "A floor under the limits")
     "lfq-space-floor": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor_space.json"}", '
                        'share_floor_bdp = 0.5 }',
-    # the same floor at one whole BDP (docs/network/lfq.md "The floor's hole closed; half a BDP or one")
+    # the same floor at one whole BDP: the LFQ configuration to run for the space's users (the held-out
+    # test draws; docs/network/lfq.md "The floor's hole closed; half a BDP or one")
     "lfq-space-floor1": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor_space.json"}", '
                         'share_floor_bdp = 1.0 }',
     # paper 004: every flow the same (Gold) policy, so per-flow packet values decide the shares
