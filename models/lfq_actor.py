@@ -97,6 +97,7 @@ __all__ = [
     "action_for",
     "derived",
     "empty_inputs",
+    "handshake_rtt_s",
     "input_names",
     "limit_for",
     "load_actor",
@@ -392,12 +393,18 @@ class Actor:
         ``handshake_rtt_s``): what the router loop and the training episodes call."""
         feats = [f.get("features") or {} for f in flows]
         ages = [float(f.get("age_s", math.inf)) for f in flows] if self.startup else None
-        rtts = [_maybe_float(f.get("handshake_rtt_s")) for f in flows] if self.with_rtt else None
+        rtts = [handshake_rtt_s(f) for f in flows] if self.with_rtt else None
         return self.limits(feats, ages, rtts)
 
 
-def _maybe_float(x: Any) -> float | None:
-    return None if x is None else float(x)
+def handshake_rtt_s(flow: Mapping[str, Any]) -> float | None:
+    """A flow's handshake RTT in seconds from its control-socket state (linkemu's ``handshake_rtt_s``), or
+    None when it has none usable (absent, not a number, not finite, or not positive)."""
+    try:
+        rtt = float(flow["handshake_rtt_s"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return rtt if math.isfinite(rtt) and rtt > 0.0 else None
 
 
 def input_names(with_derived: bool = False, with_empty: bool = False, with_rtt: bool = False) -> tuple[str, ...]:

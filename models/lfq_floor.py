@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .lfq_actor import limit_for
+from .lfq_actor import handshake_rtt_s, limit_for
 
 __all__ = ["share_floor"]
 
@@ -36,7 +36,7 @@ def share_floor(flows: Sequence[Mapping[str, Any]], limits: Sequence[int], bdp_f
     if not sending or bdp_fraction <= 0.0:
         return list(limits)
     share_pps = sum(sending) / len(sending)
-    rtts = [_rtt_of(f) for f in flows]
+    rtts = [handshake_rtt_s(f) for f in flows]
     known = [r for r in rtts if r is not None]
     fallback = statistics.median(known) if known else None
     top = limit_for(1.0)  # the action's largest limit
@@ -47,12 +47,3 @@ def share_floor(flows: Sequence[Mapping[str, Any]], limits: Sequence[int], bdp_f
         out.append(max(int(lim), min(floor, top)))
     return out
 
-
-def _rtt_of(flow: Mapping[str, Any]) -> float | None:
-    """The flow's handshake RTT in seconds, or None (not measured, or not a positive number)."""
-    rtt = flow.get("handshake_rtt_s")
-    try:
-        rtt = float(rtt) if rtt is not None else None
-    except (TypeError, ValueError):
-        return None
-    return rtt if rtt is not None and rtt > 0.0 else None

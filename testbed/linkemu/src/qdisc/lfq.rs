@@ -42,9 +42,9 @@
 //! start with a SYN (not TCP, or seen from its middle) has none; the state
 //! then has no `handshake_rtt_s`.  A flow that restarts after idle with the
 //! same 5-tuple and no SYN is the same connection resuming (a starved flow in
-//! RTO backoff goes quiet for seconds) and keeps the estimate it had.  This is how a router sees a flow's RTT
-//! without the reverse direction (passive RTT measurement, e.g. pping,
-//! pairs both directions instead).
+//! RTO backoff goes quiet for seconds) and keeps the estimate it had.  This
+//! is how a router sees a flow's RTT without the reverse direction (passive
+//! RTT measurement, e.g. pping, pairs both directions instead).
 //!
 //! **Features** per flow ([`super::lfq_features`]): queue size, its standard
 //! deviation, the limit, incoming and outgoing rate, time since the last
