@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ccswitch.testbed.reports.matrix import load_results, met_share, report, wilson
-from ccswitch.testbed.runs.matrix import MatrixError, check_same_guard, finished, plan, run_matrix
+from ccswitch.testbed.runs.matrix import MatrixError, check_same_guard, finished, plan, run_matrix, unscored_reason
 from ccswitch.testbed.scenario.daemon_config import effective_guard
 from ccswitch.testbed.scenario.model import DaemonSettings
 
@@ -101,11 +101,14 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert cp.returncode == 1 and cp.stderr.count("\n") == 1 and "unknown arm 'bogus'" in cp.stderr
 
 
-def _fake_run(results: Path, scenario: str, arm: str, seed: int, met: bool, min_share: float) -> None:
+def _fake_run(results: Path, scenario: str, arm: str, seed: int, met: bool, min_share: float,
+              monitor_gap_s: float | None = None) -> None:
     d = results / scenario / arm / f"seed-{seed}"
     d.mkdir(parents=True)
     lh = {"targets_met": met, "min_share": min_share, "jain": 0.99 if met else 0.8,
           "utilisation": 0.95, "rtt_p95_ms": 20.0 + seed, "cca_changes": {"C1": [{"t_s": 3}]}}
+    if monitor_gap_s is not None:
+        lh["monitor"] = {"max_gap_s": monitor_gap_s, "limit_s": 3.0, "scored": monitor_gap_s <= 3.0}
     (d / "summary.json").write_text(json.dumps({"metrics": {"last_half": lh}}))
 
 
@@ -159,6 +162,33 @@ def test_report_statistics_on_synthetic_results(tmp_path: Path) -> None:
     assert "3 of 4 scenarios are met by at least one arm" in text
     assert "| s3 |" in text.split("## Scenarios no arm makes fair")[1].split("## Every scenario")[0]
     assert (doc.parent / "report-plots" / "matrix-cdfs.png").stat().st_size > 10_000
+
+
+def test_report_leaves_out_runs_whose_monitor_fell_behind(tmp_path: Path) -> None:
+    """A run whose flow monitor fell behind (run_metrics.monitor_check) is listed, not scored: it
+    changes neither the share met nor the medians, and the Runs column counts it apart."""
+    res = tmp_path / "res"
+    for s, met in (("s0", True), ("s1", True), ("s2", False)):
+        _fake_run(res, s, "static", 1, met, 0.9 if met else 0.5, monitor_gap_s=1.0)
+    _fake_run(res, "s3", "static", 1, False, 0.0, monitor_gap_s=17.0)  # a flow with no sample: share 0
+    runs = load_results(res)
+    assert [r.scored for r in runs] == [True, True, True, False] and runs[3].monitor_gap_s == 17.0
+    text = report(res).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| static |"))
+    assert "| 3 (+1 not scored) | 67 %" in row  # 2 of the 3 scored scenarios, not 2 of 4
+    assert "| 0.90 |" in row  # median min share over s0-s2 (0.9, 0.9, 0.5), not with s3's 0.0
+    unscored = text.split("## Runs not scored")[1]
+    assert "| s3/static/seed-1 | 17.0 | 0.00 |" in unscored
+    assert "| s3 |" not in text.split("## Every scenario")[1].split("## Runs not scored")[0]
+    # a resume runs it again: it is not finished, and the run's outcome says why
+    assert finished(res / "s0" / "static" / "seed-1") and unscored_reason(res / "s0" / "static" / "seed-1") == ""
+    assert not finished(res / "s3" / "static" / "seed-1")
+    assert "fell behind (samples 17.0 s apart, limit 3.0 s)" in unscored_reason(res / "s3" / "static" / "seed-1")
+    # every run unscored: a clear error, not an empty report
+    only = tmp_path / "only"
+    _fake_run(only, "s0", "static", 1, False, 0.0, monitor_gap_s=9.0)
+    with pytest.raises(ValueError, match="fell behind in every run"):
+        report(only)
 
 
 @pytest.mark.kernel

@@ -71,6 +71,70 @@ def test_last_half_targets(tmp_path: Path) -> None:
     assert lh["cca_changes"]["C2"] == [{"t_s": 6.0, "from": "cubic", "to": "bbr"}]
 
 
+def _run_folder(path: Path, flows: dict[str, list[tuple[float, float, float]]], duration_s: float = 20.0,
+                lifetimes: dict[str, tuple[float, float]] | None = None) -> Path:
+    """A run folder with samples (end time since t0, interval, Mbit/s) per flow, 1 s grid, 100 Mbit/s."""
+    from ccswitch.schema import FLOW_SAMPLE_SCHEMA
+
+    t0 = 5000.0
+    proto = {f.name: (0 if str(f.type).startswith("uint") else "cubic" if str(f.type) == "string" else 0.0)
+             for f in FLOW_SAMPLE_SCHEMA}
+    rows = [{**proto, "ts_s": t0 + t, "interval_s": dt, "flow_id": fid, "goodput_bps": mbps * 1e6,
+             "throughput_bps": mbps * 1.04e6, "rtt_us": 10_000.0}
+            for fid, samples in enumerate(flows.values(), 1) for t, dt, mbps in samples]
+    pq.write_table(pa.Table.from_pylist(rows, schema=FLOW_SAMPLE_SCHEMA), path / "samples.parquet")
+    pq.write_table(pa.Table.from_pylist([{"flow_id": i, "flow": n} for i, n in enumerate(flows, 1)]),
+                   path / "flows.parquet")
+    life = lifetimes or {}
+    meta = {"t0_epoch": t0, "sample_interval_s": 1.0, "duration_s": duration_s, "uplink_rate_mbit": 100.0,
+            "phase_bounds_s": [0.0, duration_s],
+            "flows": [{"name": n, "client": i, "cca": "cubic", "start_s": life.get(n, (0.0, duration_s))[0],
+                       "duration_s": life.get(n, (0.0, duration_s))[1]} for i, n in enumerate(flows, 1)]}
+    (path / "summary.json").write_text(json.dumps({"meta": meta}))
+    return path
+
+
+def test_monitor_check_leaves_out_runs_whose_monitor_fell_behind(tmp_path: Path) -> None:
+    """A run is scored only when every judged flow has a sample at least every 3 intervals over the last
+    half: a late sample (one row spanning missed ticks) or a flow unsampled while alive is a harness fault."""
+    from ccswitch.testbed.reports.run_folder import load_run
+    from ccswitch.testbed.reports.run_metrics import MONITOR_MAX_GAP_INTERVALS, last_half, monitor_check
+
+    steady = [(float(k), 1.0, 45.0) for k in range(1, 21)]
+    ok = monitor_check(load_run(_run_folder(tmp_path, {"C1": steady, "C2": steady})))
+    assert ok == {"max_gap_s": pytest.approx(1.0), "limit_s": MONITOR_MAX_GAP_INTERVALS, "scored": True}
+    # C2's monitor slept from 11 s to 17 s: one row carries the 6 s (its mean is right, its weight is not)
+    late = [(t, 6.0, m) if t == 17 else (t, dt, m) for t, dt, m in steady if not 11 < t < 17]
+    (tmp_path / "late").mkdir()
+    lh = last_half(load_run(_run_folder(tmp_path / "late", {"C1": steady, "C2": late})))
+    assert lh["monitor"]["max_gap_s"] == pytest.approx(6.0) and not lh["monitor"]["scored"]
+    # two missed ticks are ordinary jitter of a loaded host: still scored
+    (tmp_path / "two").mkdir()
+    two = [(t, 3.0, m) if t == 15 else (t, dt, m) for t, dt, m in steady if t not in (13, 14)]
+    assert monitor_check(load_run(_run_folder(tmp_path / "two", {"C1": steady, "C2": two})))["scored"]
+    # an early stopper that closed during the gap: no row in the window although alive 4 s of it
+    (tmp_path / "stopper").mkdir()
+    gone = [s for s in steady if s[0] <= 10]
+    lh = last_half(load_run(_run_folder(tmp_path / "stopper", {"C1": steady, "C2": gone},
+                                        lifetimes={"C2": (0.0, 14.0)})))
+    assert lh["share_of_fair"]["C2"] == 0.0  # what the run would have scored
+    assert lh["monitor"]["max_gap_s"] == pytest.approx(4.0) and not lh["monitor"]["scored"]
+
+
+def test_last_half_skips_a_flow_alive_for_no_whole_interval_of_it(tmp_path: Path) -> None:
+    """A flow that ends half an interval into the last half has no sample there: it is not judged,
+    where it used to count as starved (share 0)."""
+    from ccswitch.testbed.reports.run_folder import load_run
+    from ccswitch.testbed.reports.run_metrics import last_half
+
+    steady = [(float(k), 1.0, 45.0) for k in range(1, 21)]
+    brief = [(float(k), 1.0, 45.0) for k in range(1, 11)]
+    lh = last_half(load_run(_run_folder(tmp_path, {"C1": steady, "C2": steady, "C3": brief},
+                                        lifetimes={"C3": (0.0, 10.5)})))
+    assert set(lh["share_of_fair"]) == {"C1", "C2"} and lh["min_share"] == pytest.approx(1.0)
+    assert lh["monitor"]["scored"]
+
+
 def test_starvation_episodes() -> None:
     times = [float(t) for t in range(1, 21)]
     a = [50.0] * 20

@@ -56,6 +56,28 @@ def _procs_mentioning(text: str) -> list[str]:
     return found
 
 
+@pytest.mark.kernel
+def test_monitor_thread_alone_runs_sched_fifo() -> None:
+    """raise_to_fifo changes the calling thread only: the runner's other threads stay SCHED_OTHER."""
+    import threading
+
+    from ccswitch.testbed.runs.run_monitors import MONITOR_FIFO_PRIORITY, raise_to_fifo
+
+    seen: dict[str, object] = {}
+
+    def sampler() -> None:
+        seen["result"] = raise_to_fifo(MONITOR_FIFO_PRIORITY)
+        seen["policy"] = os.sched_getscheduler(0)
+        seen["priority"] = os.sched_getparam(0).sched_priority
+
+    t = threading.Thread(target=sampler)
+    t.start()
+    t.join()
+    assert seen == {"result": "fifo:5", "policy": os.SCHED_FIFO, "priority": 5}
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # this thread, untouched
+    assert raise_to_fifo(0) == "other" and os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
 def test_cli_bad_scenario_one_line_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('duration_s = 20\n[[flows]]\nclient = 1\ncca = "cubic"\n[[flows]]\nclient = 2\ncca = "vegas"\n')
@@ -103,8 +125,12 @@ def test_run_20s_two_flows_end_to_end(tmp_path: Path, iperf3: str) -> None:
     for name, fid in flows.items():
         assert ids.count(fid) >= 15, f"{name}: {ids.count(fid)} samples"
 
-    # the scripted switch happened and shows in the samples
+    # the sampling threads ran SCHED_FIFO below linkemu (root here), and no sample came late
     summary = json.loads((run / "summary.json").read_text())
+    assert summary["meta"]["monitor_sched"] == {"C1": "fifo:5", "C2": "fifo:5"}
+    assert summary["metrics"]["last_half"]["monitor"]["scored"]
+
+    # the scripted switch happened and shows in the samples
     (sw,) = summary["switches"]
     assert sw["ok"] and sw["cca_before"] == "bbr" and sw["cca_after"] == "cubic", sw
     assert abs(sw["t_s"] - 5.0) < 0.5

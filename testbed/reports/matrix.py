@@ -16,7 +16,10 @@ and writes:
 * a breakdown by category tag (``matrix-tags.png`` and a table);
 * one row per scenario and arm, and the scenarios no arm makes fair with the
   best arm's numbers (the best: most targets met, then highest min share);
-* the runs that failed (``failures.jsonl``) and are not finished.
+* the runs that failed (``failures.jsonl``) and are not finished;
+* the runs not scored because the flow monitor fell behind (a harness fault:
+  :func:`ccswitch.testbed.reports.run_metrics.monitor_check`), left out of
+  everything above.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any
 
 from ..scenario.arms import ARMS
 from ..scenario.generate import read_index
-from .run_metrics import TARGET_JAIN, TARGET_MIN_SHARE, TARGET_UTILISATION
+from .run_metrics import MONITOR_MAX_GAP_INTERVALS, TARGET_JAIN, TARGET_MIN_SHARE, TARGET_UTILISATION, run_monitor
 
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 """Two-sided 95 % Student t quantiles by degrees of freedom (1.96 beyond)."""
@@ -53,6 +56,9 @@ class RunResult:
     utilisation: float
     rtt_p95_ms: float
     switches: int
+    scored: bool = True
+    """False: the flow monitor fell behind in the run (run_metrics.monitor_check), a harness fault."""
+    monitor_gap_s: float = math.nan
 
 
 def load_results(results: Path) -> list[RunResult]:
@@ -65,9 +71,11 @@ def load_results(results: Path) -> list[RunResult]:
             lh = json.loads(path.read_text())["metrics"]["last_half"]
         except (ValueError, KeyError):
             continue
+        monitor = run_monitor(run_dir, lh)
         out.append(RunResult(run_dir.parent.parent.name, run_dir.parent.name, seed, bool(lh["targets_met"]),
                              _num(lh["min_share"]), _num(lh["jain"]), _num(lh["utilisation"]),
-                             _num(lh["rtt_p95_ms"]), sum(len(v) for v in lh.get("cca_changes", {}).values())))
+                             _num(lh["rtt_p95_ms"]), sum(len(v) for v in lh.get("cca_changes", {}).values()),
+                             bool(monitor["scored"]), _num(monitor["max_gap_s"])))
     return out
 
 
@@ -128,8 +136,10 @@ def _best(runs: Sequence[RunResult]) -> RunResult:
 
 
 def arm_table(runs: Sequence[RunResult], arms: Sequence[str], scenarios: Sequence[str],
-              meetable: Sequence[str]) -> list[str]:
-    """The per-arm Markdown table: share of (all, meetable) scenarios met, medians, switches."""
+              meetable: Sequence[str], unscored: Sequence[RunResult] = ()) -> list[str]:
+    """The per-arm Markdown table: share of (all, meetable) scenarios met, medians, switches.
+
+    *runs* are the scored runs; *unscored* only add their count to the Runs column."""
     lines = ["| Arm | Runs | All scenarios: share met (95 % CI) | Meetable scenarios: share met (95 % CI) "
              "| Median min share | Median Jain | Median utilisation | Median p95 RTT (ms) | Switches/run |",
              "|---|---:|---|---|---:|---:|---:|---:|---:|"]
@@ -142,7 +152,9 @@ def arm_table(runs: Sequence[RunResult], arms: Sequence[str], scenarios: Sequenc
             vals = [getattr(r, key) for r in rs if not math.isnan(getattr(r, key))]
             return statistics.median(vals) if vals else math.nan
 
-        lines.append(f"| {arm} | {len(ar)} | {_f(m, pct=True)} ({_f(lo, pct=True)}-{_f(hi, pct=True)}; {how}) | "
+        left_out = sum(r.arm == arm for r in unscored)
+        count = f"{len(ar)}" + (f" (+{left_out} not scored)" if left_out else "")
+        lines.append(f"| {arm} | {count} | {_f(m, pct=True)} ({_f(lo, pct=True)}-{_f(hi, pct=True)}; {how}) | "
                      f"{_f(m2, pct=True)} ({_f(lo2, pct=True)}-{_f(hi2, pct=True)}) | {_f(med('min_share'))} | "
                      f"{_f(med('jain'), 3)} | {_f(med('utilisation'), pct=True)} | {_f(med('rtt_p95_ms'), 1)} | "
                      f"{_f(statistics.fmean(r.switches for r in ar), 1)} |")
@@ -221,10 +233,15 @@ def _scenario_folder(results: Path) -> Path | None:
 
 def report(results: Path, doc: Path | None = None, *, title: str = "", notes: str = "") -> Path:
     """Write the report (default ``RESULTS/report.md``, plots beside it); returns its path."""
-    runs = load_results(results)
-    if not runs:
+    finished = load_results(results)
+    if not finished:
         raise ValueError(f"{results}: no finished run (<scenario>/<arm>/seed-<s>/summary.json with metrics); "
                          "run `ccswitch testbed matrix run` first")
+    runs = [r for r in finished if r.scored]
+    unscored = [r for r in finished if not r.scored]
+    if not runs:
+        raise ValueError(f"{results}: the flow monitor fell behind in every run (none can be scored); "
+                         "run fewer runs at once (`--jobs`) and run them again")
     doc = doc or results / "report.md"
     plots = doc.parent / (doc.stem + "-plots")
     plots.mkdir(parents=True, exist_ok=True)
@@ -235,7 +252,7 @@ def report(results: Path, doc: Path | None = None, *, title: str = "", notes: st
     meetable = sorted({r.scenario for r in runs if r.met})
     seeds = sorted({r.seed for r in runs})
     lines = [f"# {title or 'Matrix report'}", "",
-             f"Generated by `ccswitch testbed matrix report {results}` from {len(runs)} finished runs: "
+             f"Generated by `ccswitch testbed matrix report {results}` from {len(finished)} finished runs: "
              f"{len(scenarios)} scenarios"
              + (f" of `{folder}`" if folder else "") + f", arms {', '.join(arms)}, seeds {', '.join(map(str, seeds))}.",
              "",
@@ -245,7 +262,11 @@ def report(results: Path, doc: Path | None = None, *, title: str = "", notes: st
              *([notes.strip(), ""] if notes.strip() else []),
              "## Targets met, per arm", "",
              f"{len(meetable)} of {len(scenarios)} scenarios are met by at least one arm in at least one run.", "",
-             *arm_table(runs, arms, scenarios, meetable)]
+             *arm_table(runs, arms, scenarios, meetable, unscored)]
+    if unscored:
+        lines += ["", f"{len(unscored)} run(s) are not scored: the flow monitor fell behind (samples further apart "
+                  f"than {MONITOR_MAX_GAP_INTERVALS:g} sample intervals; see 'Runs not scored' below); the shares "
+                  "and medians above are over the scored runs."]
     cdf = plot_cdfs(runs, arms, plots / "matrix-cdfs.png")
     lines += ["", f"![CDFs]({cdf.relative_to(doc.parent)})", ""]
 
@@ -287,7 +308,14 @@ def report(results: Path, doc: Path | None = None, *, title: str = "", notes: st
             ms = [r.min_share for r in rs if not math.isnan(r.min_share)]
             cells.append(f"{sum(r.met for r in rs)}/{len(rs)}, {_f(statistics.fmean(ms) if ms else math.nan)}")
         lines.append(f"| {s} | " + " | ".join(cells) + " |")
-    failures = _open_failures(results, runs)
+    if unscored:
+        lines += ["", "## Runs not scored: the flow monitor fell behind", "",
+                  "A harness fault, not a result: the run's metrics would count the stretch without samples "
+                  "wrongly (run_metrics.monitor_check).  Run them again with fewer runs at once.", "",
+                  "| Run | Longest gap between samples (s) | Min share as measured |", "|---|---:|---:|"]
+        lines += [f"| {r.scenario}/{r.arm}/seed-{r.seed} | {_f(r.monitor_gap_s, 1)} | {_f(r.min_share)} |"
+                  for r in sorted(unscored, key=lambda r: (r.scenario, r.arm, r.seed))]
+    failures = _open_failures(results, finished)
     if failures:
         lines += ["", "## Runs that failed and are not finished", ""]
         lines += [f"- `{f['run']}`: {f['error']} (log `{f['log']}`)" for f in failures]

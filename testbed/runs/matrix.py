@@ -85,15 +85,40 @@ class Outcome:
     error: str = ""
 
 
-def finished(run_dir: Path) -> bool:
-    """A run folder whose summary.json carries the metrics (report_run done)."""
+def _last_half_of(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / "summary.json"
     if not path.is_file():
-        return False
+        return None
     try:
-        return "last_half" in json.loads(path.read_text()).get("metrics", {})
+        return json.loads(path.read_text()).get("metrics", {}).get("last_half")
     except ValueError:
-        return False
+        return None
+
+
+def finished(run_dir: Path) -> bool:
+    """A run folder whose summary.json carries the metrics (report_run done) and can be scored.
+
+    A run whose flow monitor fell behind (run_metrics.monitor_check) is a harness
+    fault, not a result: it is not finished, so a resume runs it again.
+    """
+    from ..reports.run_metrics import run_monitor
+
+    lh = _last_half_of(run_dir)
+    return lh is not None and bool(run_monitor(run_dir, lh)["scored"])
+
+
+def unscored_reason(run_dir: Path) -> str:
+    """Why a run that ended with its metrics is not finished ('' when it is, or has no metrics)."""
+    from ..reports.run_metrics import run_monitor
+
+    lh = _last_half_of(run_dir)
+    if lh is None:
+        return ""
+    monitor = run_monitor(run_dir, lh)
+    if monitor["scored"]:
+        return ""
+    return (f"the flow monitor fell behind (samples {monitor.get('max_gap_s')} s apart, limit "
+            f"{monitor.get('limit_s')} s): not scored, the next invocation runs it again (fewer --jobs helps)")
 
 
 def scenario_files(folder: Path) -> list[Path]:
@@ -235,6 +260,8 @@ def execute(task: Task, results: Path, policy_file: Path | None, timeout_s: floa
     _cleanup_namespaces()
     if rc == 0 and finished(run_dir):
         return Outcome(task, True, wall)
+    if rc == 0 and unscored_reason(run_dir):
+        return Outcome(task, False, wall, unscored_reason(run_dir))
     return Outcome(task, False, wall, error or f"exit {rc}: {_last_error(log)}")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -33,6 +34,17 @@ PROGRESS_LOOK_S = 2.0
 """How often a daemon client asks ccswitchd for its flow table (the progress line)."""
 DISCOVERY_DELAY_S = 0.25
 """An extra sample this long after a flow starts (see ClientMonitor._loop)."""
+MONITOR_FIFO_PRIORITY = 5
+"""SCHED_FIFO priority of a monitor thread while it samples (0: stay SCHED_OTHER).
+
+Below linkemu's forwarding thread (``timing.sched_fifo_priority``, 10), so the
+emulator keeps precedence.  Without it, three runs at once on this 2-core
+machine (three SCHED_FIFO linkemu threads, their iperf3 and softirq load) left
+the monitor threads so little CPU that a sample costing ~5 ms of CPU took
+0.1-2 s and samples fell 2-29 s apart; with it, under the same load, at most
+63 ms and 1.05 s (docs/matrix/monitor-under-load.md).  A sample is a few
+milliseconds of CPU once a second, so the raised thread cannot crowd out others.
+"""
 
 
 # ------------------------------------------------------------ daemon hook ---
@@ -105,6 +117,8 @@ class ClientMonitor(threading.Thread):
         self.switch_log: list[dict[str, Any]] = []
         self.latest: dict[str, tuple[str, float]] = {}  # flow name -> (cca, goodput bit/s)
         self.pcc_source: str | None = None
+        self.sched = "other"
+        """The scheduling the sampling thread ran with ("fifo:N", or "other" when not allowed)."""
         self._lock = threading.Lock()
         self._by_cport = {f.cport: f for f in self.flows}
         self._cports = pa.array(sorted(self._by_cport), pa.uint16())
@@ -122,6 +136,7 @@ class ClientMonitor(threading.Thread):
                     if self.clock.stop.is_set():
                         return
                 dp.sample()  # restart the interval at t0: the first row covers [t0, t0 + interval]
+                self.sched = raise_to_fifo(MONITOR_FIFO_PRIORITY)
                 self._loop(dp)
         except BaseException as e:  # reported by the main thread
             self.error = e
@@ -203,6 +218,23 @@ class ClientMonitor(threading.Thread):
         if not self.tables:
             return FLOW_SAMPLE_SCHEMA.empty_table()
         return pa.concat_tables(self.tables)
+
+
+def raise_to_fifo(priority: int) -> str:
+    """Run the calling thread SCHED_FIFO at *priority* when allowed; returns "fifo:N" or "other".
+
+    Linux applies sched_setscheduler(0, ...) to the calling thread only, so the
+    runner's other threads keep their scheduling.  Without CAP_SYS_NICE (or with
+    RT time not granted to this cgroup) the thread stays SCHED_OTHER: the run
+    goes on and its summary says so (``meta.monitor_sched``).
+    """
+    if priority <= 0:
+        return "other"
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except (PermissionError, OSError):
+        return "other"
+    return f"fifo:{priority}"
 
 
 class DaemonClient(threading.Thread):

@@ -214,6 +214,7 @@ def run_once(sc: Scenario, run_dir: Path, *, seed: int = 1, label: str = "run",
     errors += [f"C{m.client}: still stopping after {m.join_timeout_s:g} s" for m in monitors if m.is_alive()]
     if errors:
         raise RunError("monitor failed: " + "; ".join(errors))
+    meta["monitor_sched"] = {f"C{m.client}": getattr(m, "sched", "ccswitchd") for m in monitors}
     samples = pa.concat_tables([m.samples() for m in monitors]) if monitors else FLOW_SAMPLE_SCHEMA.empty_table()
     pq.write_table(samples, run_dir / "samples.parquet")
     pq.write_table(_flows_table(flows, monitors, run_dir.name, client_ns), run_dir / "flows.parquet")
