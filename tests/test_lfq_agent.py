@@ -482,6 +482,16 @@ def test_scenario_selects_the_agent_and_checks_it(tmp_path: Path) -> None:
                        (floored.replace('agent = "actor.json", ', ""), "only used with agent")):
         with pytest.raises(ScenarioError, match=words):
             parse_scenario(bad, "t.toml", base_dir=tmp_path)
+    # ... and in packets: an integer 1..256, with an agent, not a linkemu field
+    least = floored.replace("share_floor_bdp = 0.5", "share_floor_bdp = 1.0, share_floor_min_pkts = 8")
+    q = parse_scenario(least, "t.toml", base_dir=tmp_path).link.uplink.qdisc
+    assert isinstance(q, Lfq) and (q.share_floor_bdp, q.share_floor_min_pkts) == (1.0, 8)
+    assert "share_floor_min_pkts" not in q.to_config()
+    for bad, words in ((least.replace("= 8", "= 0"), r"share_floor_min_pkts.*must be >= 1"),
+                       (least.replace("= 8", "= 8.5"), r"share_floor_min_pkts.*must be an integer"),
+                       (least.replace('agent = "actor.json", ', ""), "only used with agent")):
+        with pytest.raises(ScenarioError, match=words):
+            parse_scenario(bad, "t.toml", base_dir=tmp_path)
 
 
 def test_share_floor_keeps_limits_above_a_fraction_of_the_fair_share_bdp() -> None:
@@ -502,6 +512,11 @@ def test_share_floor_keeps_limits_above_a_fraction_of_the_fair_share_bdp() -> No
     unknown = [flow(1900.0, None), flow(1900.0, "n/a"), flow(1900.0, -1.0)]
     assert share_floor(unknown, [2, 3, 4], 0.5) == [2, 3, 4]  # no flow has an RTT: nothing to size a floor on
     assert share_floor([flow(0.0, 0.04)], [3], 0.5) == [3]  # nobody sends yet: no share to size a floor on
+    # a floor in packets holds under every flow, before any rate or RTT is known, and under the BDP floor
+    assert share_floor(flows, [2, 30, 2, 3], 0.5, min_pkts=12) == [26, 30, 26, 256]
+    assert share_floor(flows, [2, 30, 2, 3], 0.0, min_pkts=12) == [12, 30, 12, 12]
+    assert share_floor(unknown, [2, 3, 40], 0.5, min_pkts=8) == [8, 8, 40]
+    assert share_floor([flow(0.0, 0.04)], [3], 0.5, min_pkts=999) == [256]  # capped at the action's top
 
 
 @pytest.mark.parametrize("path", ACTORS, ids=ACTOR_IDS)

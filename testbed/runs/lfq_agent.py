@@ -15,7 +15,8 @@ network every 10th packet, 5..24 ms at 25..5 Mbit/s):
 2. one batched forward pass of the actor over all flows -> a limit per flow
    (a flow younger than the actor's start-up, if it has one, gets the start-up limit:
    :class:`ccswitch.models.lfq_actor.Startup`); with ``share_floor_bdp``, no limit below that
-   fraction of the flow's fair-share BDP (:func:`ccswitch.models.lfq_floor.share_floor`);
+   fraction of the flow's fair-share BDP, with ``share_floor_min_pkts`` none below that many
+   packets (:func:`ccswitch.models.lfq_floor.share_floor`);
 3. one ``set`` with the flows whose limit changes (none: no request).
 
 A flow that ends between 1 and 3 makes linkemu refuse the whole set ("no active
@@ -61,11 +62,12 @@ class AgentLoop(RouterAgentLoop):
 
     def __init__(self, socket_path: str | Path, actor: Actor, *, direction: str = "uplink",
                  interval_s: float | None = None, log_csv: str | Path | None = None, trace: bool = False,
-                 share_floor_bdp: float | None = None) -> None:
+                 share_floor_bdp: float | None = None, share_floor_min_pkts: int | None = None) -> None:
         super().__init__(socket_path, direction=direction, interval_s=interval_s or actor.interval_s,
                          log_csv=log_csv)
         self.actor = actor
         self.share_floor_bdp = share_floor_bdp
+        self.share_floor_min_pkts = share_floor_min_pkts
         self.keep_trace = trace
         self.trace: list[tuple[float, int, int, dict[int, int]]] = []
         self.sets = 0
@@ -78,8 +80,8 @@ class AgentLoop(RouterAgentLoop):
         d = st[self.direction]
         flows = d.get("flows") or []
         limits = self.actor.limits_of(flows)
-        if self.share_floor_bdp:
-            limits = share_floor(flows, limits, self.share_floor_bdp)
+        if self.share_floor_bdp or self.share_floor_min_pkts:
+            limits = share_floor(flows, limits, self.share_floor_bdp or 0.0, self.share_floor_min_pkts or 0)
         changes = [{"queue": f["queue"], "limit_pkts": lim} for f, lim in zip(flows, limits, strict=True)
                    if lim != f.get("limit_pkts")]
         if changes:

@@ -152,7 +152,8 @@ def _router_agents(sc: Scenario, run_dir: Path, meta: dict[str, Any], stack: con
     dualpi2: paper 000's A3C agent (testbed/runs/dualpi2_agent.py); lfq: paper 001's LFQ agent
     (testbed/runs/lfq_agent.py).  Each writes ``emulator/agent-DIR.csv`` (one row per interval, per flow
     for lfq); summary.json's ``meta.router_agents`` records the actor file, its checksum, the steps taken,
-    the loop's CPU time and any error (and an lfq floor, ``share_floor_bdp``, when the scenario sets one).
+    the loop's CPU time and any error (and an lfq floor, ``share_floor_bdp`` / ``share_floor_min_pkts``, when the
+    scenario sets one).
     """
     agents = sc.router_agents()
     if not agents:
@@ -172,7 +173,7 @@ def _router_agents(sc: Scenario, run_dir: Path, meta: dict[str, Any], stack: con
             actor: Any = load_lfq_actor(q.agent)
             interval = q.agent_interval_ms / 1000 if q.agent_interval_ms else actor.interval_s
             loop = LfqAgentLoop(sock, actor, direction=direction, interval_s=interval, log_csv=log_csv,
-                                share_floor_bdp=q.share_floor_bdp)
+                                share_floor_bdp=q.share_floor_bdp, share_floor_min_pkts=q.share_floor_min_pkts)
         else:
             from ccswitch.models.dualpi2_actor import load_actor
 
@@ -185,8 +186,9 @@ def _router_agents(sc: Scenario, run_dir: Path, meta: dict[str, Any], stack: con
                              k_restore=q.k if q.k is not None else 2.0)
         rec: dict[str, Any] = {"kind": "lfq" if isinstance(q, Lfq) else "dualpi2", "actor": str(q.agent),
                                "checksum": actor.checksum, "interval_s": interval}
-        if isinstance(q, Lfq) and q.share_floor_bdp:
-            rec["share_floor_bdp"] = q.share_floor_bdp  # the run's limits are not the actor's alone
+        if isinstance(q, Lfq):  # the run's limits are not the actor's alone
+            rec.update({k: v for k, v in (("share_floor_bdp", q.share_floor_bdp),
+                                          ("share_floor_min_pkts", q.share_floor_min_pkts)) if v})
         meta["router_agents"][direction] = rec
 
         def record(loop: Any = loop, rec: dict[str, Any] = rec) -> None:

@@ -153,8 +153,8 @@ class Lfq:
     (``models/lfq_actor.json``); the runner then sets every flow's limit from it every
     ``agent_interval_ms`` (default: the interval it was trained with, 10 ms) through linkemu's control
     socket (testbed/runs/lfq_agent.py).  ``share_floor_bdp`` (0..4, none by default): no limit the agent
-    sets goes below that fraction of the flow's fair-share BDP (models/lfq_floor.py).  Not
-    linkemu fields.
+    sets goes below that fraction of the flow's fair-share BDP; ``share_floor_min_pkts`` (1..256, none by
+    default): nor below that many packets (models/lfq_floor.py).  Not linkemu fields.
     """
 
     default_limit_pkts: int | None = None
@@ -165,10 +165,11 @@ class Lfq:
     agent: Path | None = None
     agent_interval_ms: float | None = None
     share_floor_bdp: float | None = None
+    share_floor_min_pkts: int | None = None
 
     def to_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"kind": "lfq", **present_fields(self)}
-        for agent_field in ("agent", "agent_interval_ms", "share_floor_bdp"):
+        for agent_field in ("agent", "agent_interval_ms", "share_floor_bdp", "share_floor_min_pkts"):
             cfg.pop(agent_field, None)
         return cfg
 

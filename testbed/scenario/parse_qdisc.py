@@ -157,11 +157,12 @@ def _lfq(t: Table, base_dir: Path | None = None) -> Lfq:
     agent = _agent(t, base_dir, "lfq")
     interval = t.number("agent_interval_ms", None, lo=1.0, hi=10_000.0)
     floor = t.number("share_floor_bdp", None, lo=0.0, hi=4.0)
-    for key, val in (("agent_interval_ms", interval), ("share_floor_bdp", floor)):
+    floor_min = t.integer("share_floor_min_pkts", None, lo=1, hi=256)
+    for key, val in (("agent_interval_ms", interval), ("share_floor_bdp", floor), ("share_floor_min_pkts", floor_min)):
         if val is not None and agent is None:
             t.err(t.here(key), "only used with agent = \"PATH\" (an LFQ actor file)")
     t.done()
-    return Lfq(agent=agent, agent_interval_ms=interval, share_floor_bdp=floor, **v)
+    return Lfq(agent=agent, agent_interval_ms=interval, share_floor_bdp=floor, share_floor_min_pkts=floor_min, **v)
 
 
 _PIE = {"target_ms": ("pos", None, 60_000.0), "tupdate_ms": ("num", 0.1, 60_000.0), "alpha": ("pos", None, 2.0),
