@@ -68,6 +68,10 @@ QUEUES: dict[str, str] = {
     # test draws; docs/network/lfq.md "The floor's hole closed; half a BDP or one")
     "lfq-space-floor1": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor_space.json"}", '
                         'share_floor_bdp = 1.0 }',
+    # and at least 8 packets under every flow: a fair share of a couple of packets per RTT otherwise leaves
+    # a loss-based flow too small a window to recover (docs/network/lfq.md "A floor in packets")
+    "lfq-space-floor1-min8": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor_space.json"}", '
+                             'share_floor_bdp = 1.0, share_floor_min_pkts = 8 }',
     # paper 004: every flow the same (Gold) policy, so per-flow packet values decide the shares
     "vdq_csaqm": '{ kind = "vdq_csaqm", default_policy = "gold" }',
 }

@@ -23,12 +23,17 @@ def test_only_the_uplink_queue_changes(queue: str) -> None:
         assert kind.replace("_", "") in {"pfifo": "pfifo", "fq_codel": "fqcodel", "fq-100": "fq",
                                          "dualpi2": "dualpi2", "dualpi2-a3c": "dualpi2", "dualpi2-a3c-res": "dualpi2",
                                          "vdq_csaqm": "vdqcsaqm", "lfq": "lfq", "lfq-space": "lfq",
-                                         "lfq-space-floor": "lfq", "lfq-space-floor1": "lfq"}[queue]
+                                         "lfq-space-floor": "lfq", "lfq-space-floor1": "lfq",
+                                         "lfq-space-floor1-min8": "lfq"}[queue]
         # the shipped actor, wherever the copy is written
-        if queue in ("dualpi2-a3c", "dualpi2-a3c-res", "lfq", "lfq-space", "lfq-space-floor", "lfq-space-floor1"):
+        if queue in ("dualpi2-a3c", "dualpi2-a3c-res", "lfq", "lfq-space", "lfq-space-floor", "lfq-space-floor1",
+                     "lfq-space-floor1-min8"):
             assert var.link.uplink.qdisc.agent is not None and var.link.uplink.qdisc.agent.is_file()
         if queue.startswith("lfq-space-floor"):
-            assert var.link.uplink.qdisc.share_floor_bdp == {"lfq-space-floor": 0.5, "lfq-space-floor1": 1.0}[queue]
+            q = var.link.uplink.qdisc
+            assert (q.share_floor_bdp, q.share_floor_min_pkts) == {
+                "lfq-space-floor": (0.5, None), "lfq-space-floor1": (1.0, None),
+                "lfq-space-floor1-min8": (1.0, 8)}[queue]
 
 
 def test_bad_queue_and_foreign_file_are_one_line_errors(tmp_path: Path) -> None:

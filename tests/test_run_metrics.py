@@ -121,6 +121,23 @@ def test_monitor_check_leaves_out_runs_whose_monitor_fell_behind(tmp_path: Path)
     assert lh["monitor"]["max_gap_s"] == pytest.approx(4.0) and not lh["monitor"]["scored"]
 
 
+def test_nine_scenario_report_says_when_a_run_is_not_scored(tmp_path: Path) -> None:
+    """The nine-scenario report (testbed/reports/experiments.py) marks a run whose monitor fell behind
+    instead of reporting its 'no (min_share)' as a result."""
+    from ccswitch.testbed.reports.experiments import report
+
+    steady = [(float(k), 1.0, 45.0) for k in range(1, 21)]
+    gone = [s for s in steady if s[0] <= 10]
+    for arm, c2 in (("static", steady), ("dqn", gone)):
+        d = tmp_path / "res" / "fair-x" / arm / "run-01-seed-1"
+        d.mkdir(parents=True)
+        _run_folder(d, {"C1": steady, "C2": c2})
+    text = report(tmp_path / "res", tmp_path / "doc.md")
+    rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| fair-x |")}
+    assert rows["static"].endswith("| yes |")
+    assert rows["dqn"].endswith("| not scored: monitor fell behind (10.0 s without a sample) |")
+
+
 def test_last_half_skips_a_flow_alive_for_no_whole_interval_of_it(tmp_path: Path) -> None:
     """A flow that ends half an interval into the last half has no sample there: it is not judged,
     where it used to count as starved (share 0)."""
