@@ -13,7 +13,8 @@ packets (six flows sharing 13-46 Mbit/s at 4-25 ms), one BDP is 2-3 packets, and
 with a few packets of queue beside BBR or PCC loses the window it needs to recover from a loss by fast
 retransmit (a window of at least 4 after halving, so 8 before it) and the bursts of WiFi aggregation:
 it got 0.31-0.72 of its share where FQ-CoDel, with no per-flow limit, gave 0.80-0.98.
-docs/network/lfq.md "A floor in packets" has the measurements.
+16 packets is the configuration to run (queue ``lfq-space-floor1-min16``); docs/network/lfq.md "The third
+held-out draw; a floor in packets" has the measurements.
 """
 
 from __future__ import annotations

@@ -68,11 +68,13 @@ QUEUES: dict[str, str] = {
     # (docs/network/lfq.md "The floor's hole closed; half a BDP or one" and after)
     "lfq-space-floor1": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor_space.json"}", '
                         'share_floor_bdp = 1.0 }',
-    # and at least 8 packets under every flow: a fair share of a couple of packets per RTT otherwise leaves
-    # a loss-based flow too small a window to recover; the LFQ configuration to run for the space's users
-    # (docs/network/lfq.md "The third held-out draw; a floor in packets")
+    # and at least 8 or 16 packets under every flow: a fair share of a couple of packets per RTT otherwise
+    # leaves a loss-based flow too small a window to recover; 16 is the LFQ configuration to run for the
+    # space's users (docs/network/lfq.md "The third held-out draw; a floor in packets")
     "lfq-space-floor1-min8": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor_space.json"}", '
                              'share_floor_bdp = 1.0, share_floor_min_pkts = 8 }',
+    "lfq-space-floor1-min16": f'{{ kind = "lfq", agent = "{REPO / "models" / "lfq_actor_space.json"}", '
+                              'share_floor_bdp = 1.0, share_floor_min_pkts = 16 }',
     # paper 004: every flow the same (Gold) policy, so per-flow packet values decide the shares
     "vdq_csaqm": '{ kind = "vdq_csaqm", default_policy = "gold" }',
 }

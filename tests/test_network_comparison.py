@@ -24,16 +24,16 @@ def test_only_the_uplink_queue_changes(queue: str) -> None:
                                          "dualpi2": "dualpi2", "dualpi2-a3c": "dualpi2", "dualpi2-a3c-res": "dualpi2",
                                          "vdq_csaqm": "vdqcsaqm", "lfq": "lfq", "lfq-space": "lfq",
                                          "lfq-space-floor": "lfq", "lfq-space-floor1": "lfq",
-                                         "lfq-space-floor1-min8": "lfq"}[queue]
+                                         "lfq-space-floor1-min8": "lfq", "lfq-space-floor1-min16": "lfq"}[queue]
         # the shipped actor, wherever the copy is written
         if queue in ("dualpi2-a3c", "dualpi2-a3c-res", "lfq", "lfq-space", "lfq-space-floor", "lfq-space-floor1",
-                     "lfq-space-floor1-min8"):
+                     "lfq-space-floor1-min8", "lfq-space-floor1-min16"):
             assert var.link.uplink.qdisc.agent is not None and var.link.uplink.qdisc.agent.is_file()
         if queue.startswith("lfq-space-floor"):
             q = var.link.uplink.qdisc
             assert (q.share_floor_bdp, q.share_floor_min_pkts) == {
                 "lfq-space-floor": (0.5, None), "lfq-space-floor1": (1.0, None),
-                "lfq-space-floor1-min8": (1.0, 8)}[queue]
+                "lfq-space-floor1-min8": (1.0, 8), "lfq-space-floor1-min16": (1.0, 16)}[queue]
 
 
 def test_bad_queue_and_foreign_file_are_one_line_errors(tmp_path: Path) -> None:
