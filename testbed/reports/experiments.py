@@ -16,7 +16,7 @@ from typing import Any
 
 from ..scenario.arms import ARMS
 from .run_folder import RunData, load_run
-from .run_metrics import TARGET_JAIN, TARGET_MIN_SHARE, TARGET_UTILISATION, last_half, run_monitor
+from .run_metrics import TARGET_JAIN, TARGET_MIN_SHARE, TARGET_UTILISATION, last_half, monitor_check
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DOC = REPO / "docs" / "results-daemon.md"
@@ -143,7 +143,7 @@ def report(results: Path, doc: Path, plots_dir: Path | None = None, notes: str =
             n_sw = sum(len(v) for v in lh["cca_changes"].values())
             met = "yes" if lh["targets_met"] else "no (" + ", ".join(k for k, ok in lh["targets"].items()
                                                                     if not ok) + ")"
-            monitor = run_monitor(run.run_dir, lh)
+            monitor = lh.get("monitor") or monitor_check(run)  # the run is loaded: no second read
             if not monitor["scored"]:  # a harness fault: say so beside whatever was measured
                 met = f"not scored: monitor fell behind ({monitor['max_gap_s']:.1f} s without a sample)"
             lines.append(f"| {name} | {arm} | {_f(lh['min_share'])} ({lh['min_share_flow']}) | {_f(lh['jain'], 3)} | "

@@ -260,8 +260,9 @@ def execute(task: Task, results: Path, policy_file: Path | None, timeout_s: floa
     _cleanup_namespaces()
     if rc == 0 and finished(run_dir):
         return Outcome(task, True, wall)
-    if rc == 0 and unscored_reason(run_dir):
-        return Outcome(task, False, wall, unscored_reason(run_dir))
+    why = unscored_reason(run_dir) if rc == 0 else ""
+    if why:  # checked once: for an older run it reads the samples
+        return Outcome(task, False, wall, why)
     return Outcome(task, False, wall, error or f"exit {rc}: {_last_error(log)}")
 
 
